@@ -1,0 +1,79 @@
+"""The `fasttrain` command line: wires commands together and imports nothing heavy.
+
+Each command lives in fasttrain/commands/<name>.py and imports torch or timm only inside the
+function that runs it, so `fasttrain --help` and `fasttrain profiles ...` stay fast.
+Exit codes (shared/DESIGN.md): 0 ok, 1 the job failed, 2 bad usage or input, 130 interrupted.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from fasttrain.errors import JobFailed, UserError
+
+app = typer.Typer(
+    name="fasttrain",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
+) -> None:
+    if debug:
+        os.environ["FASTTRAIN_DEBUG"] = "1"
+
+
+def _register() -> None:
+    from fasttrain.commands import profiles
+    profiles.register(app)
+
+
+_register()
+
+
+def _debugging(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get("FASTTRAIN_DEBUG") == "1"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: turns our exceptions into exit codes and one-line reasons."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        result = app(args=argv, prog_name="fasttrain", standalone_mode=False)
+        return int(result or 0) if isinstance(result, int) else 0
+    except UserError as exc:
+        if _debugging(argv):
+            raise
+        for line in exc.lines():
+            print(f"fasttrain: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except JobFailed as exc:
+        if _debugging(argv):
+            raise
+        print(f"fasttrain: failed: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return 2
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("fasttrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,133 @@
+"""The Plan: a Profile resolved against the machine it will run on.
+
+Pure: takes a validated Profile and a HardwareReport, returns what will actually happen and
+why (device, precision after fallbacks, workers after caps). `train --dry-run` prints it,
+`estimate` forecasts it and `train` executes it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from fasttrain import arithmetic as ar
+from fasttrain.profile import Profile
+from fasttrain.report import HardwareReport
+
+
+@dataclass
+class Plan:
+    profile_name: str
+    device: str                 # "cuda" or "cpu"
+    device_reason: str
+    precision_requested: str
+    precision: str              # after fallbacks
+    precision_reason: str
+    channels_last: bool
+    compile: bool
+    compile_mode: str
+    compile_reason: str
+    tf32: bool
+    cudnn_benchmark: bool
+    fused_optimizer: bool
+    batch_size: int
+    accumulation_steps: int
+    world_size: int
+    effective_batch: int
+    base_lr: float
+    scaled_lr: float
+    workers_requested: int
+    workers: int
+    workers_reason: str
+    prefetch_factor: int | None
+    pin_memory: bool
+    persistent_workers: bool
+    drop_last: bool
+    image_size: int
+    loader_ram_bytes: int
+    ram_budget_bytes: int
+    dataset_size: int | None = None
+    iterations_per_epoch: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _precision(profile: Profile, report: HardwareReport, cuda: bool) -> tuple[str, str]:
+    asked = profile.speed.precision
+    if asked == "fp32":
+        return "fp32", "asked"
+    if not cuda:
+        if asked == "fp16-mixed":
+            return "fp32", "no CUDA GPU: fp16 autocast on a CPU is slower than fp32 and GradScaler is CUDA-only"
+        return "bf16-mixed", "no CUDA GPU: bf16 autocast runs on the CPU (fast only with AVX512-BF16/AMX)"
+    gpu = report.gpus[0] if report.gpus else None
+    if asked == "bf16-mixed" and gpu is not None and gpu.bf16_supported is False:
+        return "fp16-mixed", f"{gpu.name} (cc {gpu.compute_capability}) has no bf16: fp16 with GradScaler instead"
+    return asked, "asked"
+
+
+def _compile(profile: Profile, report: HardwareReport) -> tuple[bool, str]:
+    if not profile.speed.compile:
+        return False, "off in the profile"
+    if not report.torch.compile_ok:
+        return False, f"torch.compile cannot work here: {report.torch.compile_reason or 'unknown reason'}; eager instead"
+    return True, "asked"
+
+
+def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int, str]:
+    asked = profile.loader.num_workers
+    workers, reasons = asked, []
+    if workers > report.cores:
+        workers = report.cores
+        reasons.append(f"capped at the {report.cores} cores of this machine")
+    fitted = ar.workers_within_budget(workers, profile.loader.prefetch_factor, profile.batch_bytes, budget,
+                                      profile.world.gpus_per_node)
+    if workers and fitted < workers:
+        workers = fitted
+        reasons.append(f"capped to keep loader RAM inside the {ar.human_bytes(budget)} budget")
+    return workers, "; ".join(reasons) or "asked"
+
+
+def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None) -> Plan:
+    cuda = report.has_cuda
+    if cuda:
+        device, device_reason = "cuda", f"{report.gpus[0].name if report.gpus else 'CUDA device'}"
+    elif report.gpus and report.torch.cpu_only_build:
+        device, device_reason = "cpu", "an NVIDIA GPU is present but this torch is a CPU-only build"
+    elif report.gpus:
+        device, device_reason = "cpu", "an NVIDIA GPU is present but torch cannot use it (driver/CUDA mismatch?)"
+    else:
+        device, device_reason = "cpu", "no CUDA GPU on this machine"
+    precision, precision_reason = _precision(profile, report, cuda)
+    compile_on, compile_reason = _compile(profile, report)
+    budget = ar.ram_budget_bytes(report.memory.ram_total_bytes / ar.GIB, profile.hardware.ram_budget_fraction)
+    workers, workers_reason = _workers(profile, report, budget)
+    gpu = report.gpus[0] if report.gpus else None
+    tf32 = profile.speed.tf32 and cuda and bool(gpu and gpu.tf32_supported)
+    notes = []
+    if profile.speed.tf32 and not tf32:
+        notes.append("TF32 off: needs an Ampere or newer GPU")
+    if profile.loader.pin_memory and not cuda:
+        notes.append("pin_memory off: it only helps copies to a GPU")
+    plan = Plan(
+        profile_name=profile.name, device=device, device_reason=device_reason,
+        precision_requested=profile.speed.precision, precision=precision, precision_reason=precision_reason,
+        channels_last=profile.speed.channels_last, compile=compile_on, compile_mode=profile.speed.compile_mode,
+        compile_reason=compile_reason, tf32=tf32, cudnn_benchmark=profile.speed.cudnn_benchmark and cuda,
+        fused_optimizer=profile.speed.fused_optimizer and cuda,
+        batch_size=profile.loader.batch_size, accumulation_steps=profile.optim.accumulation_steps,
+        world_size=profile.world_size, effective_batch=profile.effective_batch,
+        base_lr=profile.optim.base_lr, scaled_lr=profile.scaled_lr,
+        workers_requested=profile.loader.num_workers, workers=workers, workers_reason=workers_reason,
+        prefetch_factor=profile.loader.prefetch_factor if workers else None,
+        pin_memory=profile.loader.pin_memory and cuda,
+        persistent_workers=profile.loader.persistent_workers and workers > 0,
+        drop_last=profile.loader.drop_last, image_size=profile.loader.image_size,
+        loader_ram_bytes=ar.loader_ram_bytes(workers, profile.loader.prefetch_factor, profile.batch_bytes,
+                                             profile.world.gpus_per_node),
+        ram_budget_bytes=budget, notes=notes,
+    )
+    if dataset_size is not None:
+        plan.dataset_size = dataset_size
+        plan.iterations_per_epoch = profile.iterations_per_epoch(dataset_size)
+    return plan

@@ -1,0 +1,193 @@
+"""The Profile: what a user asks for, as Pydantic models with extra="forbid".
+
+Field-level rules live here (types, ranges, known names). Rules that relate several fields
+(RAM budget, bf16 on the target GPU, workers vs prefetch) live in profile_rules.py so that
+all problems of a file are reported in one go. Derived values (effective batch, scaled LR,
+loader RAM, iterations) are properties that call arithmetic.py, so they are computed in one place.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrain import arithmetic as ar
+
+Precision = Literal["fp32", "fp16-mixed", "bf16-mixed"]
+Optimizer = Literal["sgd", "adamw", "adam"]
+Schedule = Literal["cosine", "step", "plateau", "constant"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
+SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
+COMPILE_MODES: tuple[str, ...] = CompileMode.__args__  # type: ignore[attr-defined]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class HardwareSpec(_Section):
+    """The machine a profile targets. Numbers come from the field note the preset cites."""
+
+    gpu: str | None = Field(None, description="GPU name as in the GPU spec file; null for a CPU-only machine")
+    vram_gb: float | None = Field(None, gt=0, description="GPU memory per device, GiB")
+    compute_capability: str | None = Field(None, pattern=r"^\d+\.\d+$", description="e.g. '8.6'")
+    bf16: bool | None = Field(None, description="bf16 tensor cores; null = derive from compute capability (>= 8.0)")
+    host_ram_gb: float = Field(16, gt=0, description="host RAM, GiB")
+    cpu_cores: int = Field(4, gt=0, description="logical cores")
+    ram_budget_fraction: float = Field(
+        0.5, gt=0, le=1, description="share of host RAM the data loaders may hold (the rest: OS, model, framework)")
+    price_on_demand_per_hour: float | None = Field(None, ge=0, description="USD per hour")
+    price_spot_per_hour: float | None = Field(None, ge=0, description="USD per hour, preemptible/spot")
+
+    @property
+    def supports_bf16(self) -> bool:
+        if self.bf16 is not None:
+            return self.bf16
+        if self.compute_capability is None:
+            return False
+        return float(self.compute_capability) >= 8.0
+
+
+class LoaderSpec(_Section):
+    batch_size: int = Field(32, gt=0, description="per-device batch")
+    num_workers: int = Field(2, ge=0, description="DataLoader worker processes per device")
+    prefetch_factor: int | None = Field(None, gt=0, description="batches each worker keeps ready; needs workers > 0")
+    pin_memory: bool = True
+    persistent_workers: bool = False
+    drop_last: bool = True
+    image_size: int = Field(224, gt=0, description="training crop, pixels")
+    batch_overhead: float = Field(
+        1.5625, ge=1, description="host bytes per decoded batch over the raw tensor (A10G note: 147 -> 230 MB)")
+
+
+class SpeedSpec(_Section):
+    precision: Precision = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    compile_mode: CompileMode = "default"
+    tf32: bool = False
+    cudnn_benchmark: bool = False
+    activation_checkpointing: bool = False
+    fused_optimizer: bool = True
+
+
+class OptimSpec(_Section):
+    optimizer: Optimizer = "sgd"
+    base_lr: float = Field(0.1, gt=0, description="learning rate tuned for base_batch")
+    base_batch: int = Field(256, gt=0, description="the total batch base_lr was tuned for")
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    accumulation_steps: int = Field(1, gt=0)
+    clip_grad_norm: float | None = Field(None, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    mixup_alpha: float = Field(0.0, ge=0)
+    cutmix_alpha: float = Field(0.0, ge=0)
+    warmup_epochs: float = Field(0.0, ge=0)
+    schedule: Schedule = "cosine"
+    step_epochs: int = Field(30, gt=0, description="step schedule: epochs between LR drops")
+    step_gamma: float = Field(0.1, gt=0, le=1)
+    plateau_patience: int = Field(3, ge=0)
+    epochs: int = Field(10, gt=0)
+    early_stopping_patience: int | None = Field(None, gt=0, description="epochs without val improvement")
+
+
+class AugmentSpec(_Section):
+    random_resized_crop_scale: tuple[float, float] = (0.08, 1.0)
+    hflip: float = Field(0.5, ge=0, le=1, description="probability")
+    color_jitter: float = Field(0.0, ge=0, description="strength for brightness/contrast/saturation")
+    rotation_degrees: float = Field(0.0, ge=0, le=180)
+    translate: float = Field(0.0, ge=0, lt=1, description="fraction of the image")
+    random_erasing: float = Field(0.0, ge=0, le=1, description="probability")
+
+
+class WorldSpec(_Section):
+    nodes: int = Field(1, gt=0)
+    gpus_per_node: int = Field(1, gt=0)
+
+
+class Profile(_Section):
+    """A whole preset or user file after `extends` and overrides are applied."""
+
+    name: str = "custom"
+    description: str = ""
+    extends: str | None = None
+    hardware: HardwareSpec = HardwareSpec()
+    loader: LoaderSpec = LoaderSpec()
+    speed: SpeedSpec = SpeedSpec()
+    optim: OptimSpec = OptimSpec()
+    augment: AugmentSpec = AugmentSpec()
+    world: WorldSpec = WorldSpec()
+
+    # Derived values: one place, each through arithmetic.py.
+    @property
+    def world_size(self) -> int:
+        return ar.world_size(self.world.nodes, self.world.gpus_per_node)
+
+    @property
+    def effective_batch(self) -> int:
+        return ar.effective_batch(self.loader.batch_size, self.optim.accumulation_steps, self.world_size)
+
+    @property
+    def scaled_lr(self) -> float:
+        return ar.scaled_lr(self.optim.base_lr, self.optim.base_batch, self.effective_batch)
+
+    @property
+    def batch_bytes(self) -> int:
+        return ar.batch_bytes(self.loader.batch_size, self.loader.image_size, overhead=self.loader.batch_overhead)
+
+    @property
+    def loader_ram_bytes(self) -> int:
+        """Per machine: every process on the node runs its own loader."""
+        return ar.loader_ram_bytes(self.loader.num_workers, self.loader.prefetch_factor, self.batch_bytes,
+                                   self.world.gpus_per_node)
+
+    @property
+    def ram_budget_bytes(self) -> int:
+        return ar.ram_budget_bytes(self.hardware.host_ram_gb, self.hardware.ram_budget_fraction)
+
+    def iterations_per_epoch(self, dataset_size: int) -> int:
+        return ar.iterations_per_epoch(dataset_size, self.loader.batch_size, self.world_size, self.loader.drop_last)
+
+    def derived(self, dataset_size: int | None = None) -> dict[str, object]:
+        """Every derived value, with stable keys for --json."""
+        out: dict[str, object] = {
+            "world_size": self.world_size,
+            "effective_batch": self.effective_batch,
+            "scaled_lr": self.scaled_lr,
+            "batch_bytes": self.batch_bytes,
+            "loader_ram_bytes": self.loader_ram_bytes,
+            "ram_budget_bytes": self.ram_budget_bytes,
+            "total_workers": self.loader.num_workers * self.world_size,
+            "bf16_supported": self.hardware.supports_bf16,
+        }
+        if dataset_size is not None:
+            out["dataset_size"] = dataset_size
+            out["iterations_per_epoch"] = self.iterations_per_epoch(dataset_size)
+            out["optimizer_steps_per_epoch"] = ar.optimizer_steps_per_epoch(
+                out["iterations_per_epoch"], self.optim.accumulation_steps)  # type: ignore[arg-type]
+        return out
+
+
+SECTIONS: dict[str, type[BaseModel]] = {
+    "hardware": HardwareSpec, "loader": LoaderSpec, "speed": SpeedSpec,
+    "optim": OptimSpec, "augment": AugmentSpec, "world": WorldSpec,
+}
+TOP_LEVEL_KEYS: tuple[str, ...] = tuple(Profile.model_fields)
+
+
+def known_keys(section: str | None) -> list[str]:
+    """Field names valid at a point in the file, for did-you-mean."""
+    if section is None:
+        return list(TOP_LEVEL_KEYS)
+    model = SECTIONS.get(section)
+    return list(model.model_fields) if model else []
+
+
+def all_dotted_keys() -> list[str]:
+    keys = [k for k in TOP_LEVEL_KEYS if k not in SECTIONS]
+    for sec, model in SECTIONS.items():
+        keys += [f"{sec}.{f}" for f in model.model_fields]
+    return keys

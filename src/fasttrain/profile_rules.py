@@ -1,0 +1,106 @@
+"""Rules that relate several fields of a profile.
+
+They read the merged raw mapping (not a validated Profile) so they still run when some
+unrelated field is invalid: `profiles validate` reports every problem of a file at once.
+Each rule skips quietly when one of its inputs is itself invalid; that input has its own error.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fasttrain import arithmetic as ar
+from fasttrain.errors import Problems
+from fasttrain.profile import Profile
+
+_DEFAULTS = Profile()
+
+
+def _get(data: Mapping[str, Any], dotted: str) -> Any:
+    """The merged value or the model default."""
+    section, key = dotted.split(".")
+    sec = data.get(section)
+    if isinstance(sec, Mapping) and key in sec:
+        return sec[key]
+    return getattr(getattr(_DEFAULTS, section), key)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def check_cross_fields(data: Mapping[str, Any], problems: Problems) -> None:
+    _workers_and_prefetch(data, problems)
+    _precision_and_hardware(data, problems)
+    _loader_ram(data, problems)
+
+
+def _workers_and_prefetch(data: Mapping[str, Any], problems: Problems) -> None:
+    workers = _int(_get(data, "loader.num_workers"))
+    if workers != 0:
+        return
+    if _get(data, "loader.prefetch_factor") is not None:
+        problems.add("loader.prefetch_factor", "needs worker processes, but loader.num_workers is 0",
+                     "remove prefetch_factor or set loader.num_workers >= 1", _get(data, "loader.prefetch_factor"))
+    if _get(data, "loader.persistent_workers") is True:
+        problems.add("loader.persistent_workers", "needs worker processes, but loader.num_workers is 0",
+                     "set persistent_workers: false or loader.num_workers >= 1", True)
+
+
+def _supports_bf16(data: Mapping[str, Any]) -> bool | None:
+    bf16 = _get(data, "hardware.bf16")
+    if isinstance(bf16, bool):
+        return bf16
+    cc = _get(data, "hardware.compute_capability")
+    try:
+        return float(cc) >= 8.0 if cc is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _precision_and_hardware(data: Mapping[str, Any], problems: Problems) -> None:
+    precision = _get(data, "speed.precision")
+    gpu = _get(data, "hardware.gpu")
+    if precision == "bf16-mixed" and gpu is not None and _supports_bf16(data) is False:
+        cc = _get(data, "hardware.compute_capability")
+        problems.add("speed.precision", f"bf16 needs compute capability 8.0 or newer; {gpu} is {cc or 'older'}",
+                     "use fp16-mixed (with its GradScaler) on this GPU", precision)
+    if precision in ("fp16-mixed", "bf16-mixed") and gpu is None:
+        problems.add("speed.precision", "mixed precision asked on a machine without a GPU",
+                     "allowed: the plan falls back (bf16 autocast on CPU, fp16 to fp32) and says why",
+                     precision, severity="note")
+
+
+def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
+    workers = _int(_get(data, "loader.num_workers"))
+    prefetch = _get(data, "loader.prefetch_factor")
+    batch = _int(_get(data, "loader.batch_size"))
+    size = _int(_get(data, "loader.image_size"))
+    overhead = _num(_get(data, "loader.batch_overhead"))
+    ram = _num(_get(data, "hardware.host_ram_gb"))
+    fraction = _num(_get(data, "hardware.ram_budget_fraction"))
+    per_node = _int(_get(data, "world.gpus_per_node"))
+    if prefetch is not None and _int(prefetch) is None:
+        return
+    if None in (workers, batch, size, overhead, ram, fraction, per_node) or workers <= 0 or batch <= 0:
+        return
+    one = ar.batch_bytes(batch, size, overhead=overhead)
+    used = ar.loader_ram_bytes(workers, prefetch, one, per_node)
+    budget = ar.ram_budget_bytes(ram, fraction)
+    if used <= budget:
+        return
+    pf = prefetch or 2
+    procs = f" x {per_node} processes" if per_node > 1 else ""
+    fit = ar.workers_within_budget(workers, pf, one, budget, per_node)
+    fix = (f"lower loader.num_workers to {fit} or loader.prefetch_factor" if fit
+           else "lower loader.batch_size or loader.prefetch_factor")
+    problems.add(
+        "loader.num_workers",
+        f"loader RAM {workers} workers x {pf} prefetch x {ar.human_bytes(one)} per batch{procs} = "
+        f"{ar.human_bytes(used)}, over the budget {ar.human_bytes(budget)} "
+        f"({fraction:.0%} of {ram:g} GiB host RAM): the host runs out of memory",
+        fix, workers)

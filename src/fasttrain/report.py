@@ -1,0 +1,111 @@
+"""HardwareReport: what the machine is, as plain JSON-serialisable data.
+
+hardware.py fills it in (the probe); doctor rules, the Plan and the tests read it. Tests use
+recorded reports (tests/fixtures/reports/*.json) for machines we do not have: GPUs, containers.
+Byte counts are bytes; clocks MHz; power W; temperatures degrees C.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # newer probes may add fields; old fixtures still load
+
+
+class GpuProcess(_Data):
+    pid: int
+    name: str = ""
+    used_bytes: int | None = None
+
+
+class GpuInfo(_Data):
+    index: int
+    name: str
+    memory_total_bytes: int
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    processes: list[GpuProcess] = Field(default_factory=list)
+    compute_capability: str | None = None
+    bf16_supported: bool | None = None
+    tf32_supported: bool | None = None
+
+
+class TorchInfo(_Data):
+    installed: bool = True
+    version: str | None = None
+    cuda_version: str | None = None  # the CUDA the build was made for; None on a CPU-only build
+    cudnn_version: int | None = None
+    cpu_only_build: bool = True
+    cuda_available: bool = False
+    device_count: int = 0
+    nccl_version: str | None = None
+    triton_version: str | None = None
+    c_compiler: str | None = None
+    compile_ok: bool = False
+    compile_reason: str = ""
+    cpu_bf16_fast: bool | None = None  # AVX512-BF16 or AMX on the CPU
+
+
+class CpuInfo(_Data):
+    model: str = "unknown"
+    physical_cores: int | None = None
+    logical_cores: int = 1
+    usable_cores: int | None = None  # affinity / cgroup limit, when smaller than logical
+    load_1m: float | None = None
+
+
+class MemoryInfo(_Data):
+    ram_total_bytes: int
+    ram_available_bytes: int
+    swap_total_bytes: int = 0
+    swap_used_bytes: int = 0
+    shm_total_bytes: int | None = None
+    shm_free_bytes: int | None = None
+
+
+class DiskInfo(_Data):
+    path: str
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    read_mb_per_s: float | None = None
+    files_per_s: float | None = None
+    sample_files: int | None = None
+
+
+class HardwareReport(_Data):
+    hostname: str = ""
+    platform: str = ""
+    collected_at: str = ""
+    nvml_available: bool = False
+    nvml_error: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    torch: TorchInfo = TorchInfo()
+    cpu: CpuInfo = CpuInfo()
+    memory: MemoryInfo
+    disks: list[DiskInfo] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def has_cuda(self) -> bool:
+        """A GPU that torch can actually use."""
+        return self.torch.cuda_available and self.torch.device_count > 0
+
+    @property
+    def cores(self) -> int:
+        return self.cpu.usable_cores or self.cpu.logical_cores
