@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 
 from fasttrain.errors import JobFailed, UserError
@@ -40,6 +39,23 @@ def _register() -> None:
 _register()
 
 
+def _click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(ClickException, Exit, Abort) classes: Typer may vendor its own copy of click or use the real one."""
+    modules = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            modules.append(__import__(name, fromlist=["ClickException"]))
+        except ImportError:
+            pass
+    def classes(attr: str) -> tuple[type, ...]:
+        return tuple(getattr(m, attr) for m in modules if hasattr(m, attr))
+
+    usage = classes("ClickException")
+    exits = classes("Exit") + (typer.Exit,)
+    aborts = classes("Abort") + (typer.Abort, KeyboardInterrupt)
+    return usage, exits, aborts
+
+
 def _debugging(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("FASTTRAIN_DEBUG") == "1"
 
@@ -47,6 +63,7 @@ def _debugging(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: turns our exceptions into exit codes and one-line reasons."""
     argv = sys.argv[1:] if argv is None else argv
+    usage_errors, exits, aborts = _click_exceptions()
     try:
         result = app(args=argv, prog_name="fasttrain", standalone_mode=False)
         return int(result or 0) if isinstance(result, int) else 0
@@ -61,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fasttrain: failed: {exc}", file=sys.stderr)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.exceptions.ClickException as exc:
+    except exits as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    except usage_errors as exc:
         exc.show()
         return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except aborts:
         print("fasttrain: interrupted", file=sys.stderr)
         return 130
 

@@ -95,9 +95,15 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
         return
     pf = prefetch or 2
     procs = f" x {per_node} processes" if per_node > 1 else ""
-    fit = ar.workers_within_budget(workers, pf, one, budget, per_node)
-    fix = (f"lower loader.num_workers to {fit} or loader.prefetch_factor" if fit
-           else "lower loader.batch_size or loader.prefetch_factor")
+    fit_workers = ar.workers_within_budget(workers, pf, one, budget, per_node)
+    fit_prefetch = next((p for p in range(pf - 1, 0, -1)
+                         if ar.loader_ram_bytes(workers, p, one, per_node) <= budget), 0)
+    options = []
+    if fit_workers:
+        options.append(f"lower loader.num_workers to {fit_workers} or fewer")
+    if fit_prefetch:
+        options.append(f"loader.prefetch_factor to {fit_prefetch} or less")
+    fix = " or ".join(options) if options else "lower loader.batch_size, num_workers and prefetch_factor"
     problems.add(
         "loader.num_workers",
         f"loader RAM {workers} workers x {pf} prefetch x {ar.human_bytes(one)} per batch{procs} = "

@@ -1,0 +1,58 @@
+"""Shared test fixtures: a clean environment and a CLI runner that returns exit code and output."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _clean_fasttrain_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sees the developer's FASTTRAIN_* overrides."""
+    for name in list(os.environ):
+        if name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE":
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Generated data (the shapes set) goes to one temp cache per test session, never to ~/.cache."""
+    if "FASTTRAIN_CACHE" not in os.environ:
+        os.environ["FASTTRAIN_CACHE"] = str(tmp_path_factory.mktemp("fasttrain-cache"))
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """Run `fasttrain ARGS` in-process through the real entry point (exit codes included)."""
+    from fasttrain.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+                   timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m fasttrain ARGS` in a real child process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "fasttrain", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or REPO, timeout=timeout)
