@@ -1,15 +1,18 @@
 """`fasttrain profiles list|show|validate`: gather (presets.py) -> compute (profile.py) -> render (here)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from fasttrain import arithmetic as ar
-from fasttrain import presets
 from fasttrain.errors import Problem, UserError
-from fasttrain.profile import SECTIONS, Profile
 from fasttrain.render import console, print_json
+
+if TYPE_CHECKING:
+    from fasttrain.profile import Profile
+
+# presets/profile (Pydantic models) are imported inside the commands: `fasttrain --help` need not build them.
 
 profiles_app = typer.Typer(help="List, show and validate hardware profiles (presets in profiles/ or your own YAML).",
                            no_args_is_help=True)
@@ -40,6 +43,7 @@ def summary_row(name: str, p: Profile) -> dict[str, Any]:
 @profiles_app.command("list")
 def list_cmd(as_json: bool = JsonOpt) -> None:
     """One row per shipped preset."""
+    from fasttrain import presets
     rows, broken = [], []
     for name in presets.preset_names():
         try:
@@ -108,6 +112,8 @@ def show_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
+    from fasttrain import presets
+    from fasttrain.profile import SECTIONS
     res = presets.resolve(ref, sets=sets or [])
     p = res.profile
     if as_json:
@@ -147,6 +153,7 @@ def validate_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Check profile files: exit 0 when all are valid, exit 2 listing every problem of every file."""
+    from fasttrain import presets
     report: dict[str, dict[str, Any]] = {}
     problems: list[Problem] = []
     for ref in files:
