@@ -1,0 +1,322 @@
+"""The training dashboard: Rich Live on a terminal, plain lines off it, or (almost) nothing with --quiet.
+
+The loop calls `update(snapshot, rec)` every batch; that only stores references (a few hundred
+nanoseconds). Drawing happens elsewhere and is throttled: in "live" mode Rich's own refresh thread
+redraws at most REFRESH_PER_SECOND times a second; in "plain" mode a line is written at most every
+`plain_every_s` seconds. That keeps the dashboard's share of a training step far below the 3% budget
+(benchmarks/telemetry_overhead.py measures it).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from fasttrain import arithmetic as ar
+from fasttrain import verdict as vd
+from fasttrain.plan import Plan
+from fasttrain.report import HardwareReport
+
+MODES = ("live", "plain", "quiet")
+# 4 redraws a second looks live to a person and costs ~1 ms of the GIL each (measured in the benchmark).
+REFRESH_PER_SECOND = 4
+# Epoch rows kept on the live screen; the rest are in metrics.jsonl and the final summary.
+LIVE_EPOCH_ROWS = 8
+LIVE_MESSAGES = 4
+
+
+def choose_mode(quiet: bool, stream: Any = None) -> str:
+    """quiet wins; a real terminal gets the live screen; pipes, files and CI get plain lines."""
+    if quiet:
+        return "quiet"
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    try:
+        tty = bool(isatty()) if isatty else False
+    except ValueError:  # closed stream
+        tty = False
+    return "live" if tty else "plain"
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting (shared by the three modes; plain text, no markup)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def fmt_num(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """Format by the unit the key names (see telemetry's key conventions)."""
+    if value is None:
+        return "-"
+    if isinstance(value, (str, bool)):
+        return str(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={fmt_value(k, v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    if key.endswith("_bytes"):
+        return ar.human_bytes(value)
+    if key.endswith("_fraction") or "acc" in key:
+        return f"{value:.1%}" if value <= 1 else f"{value:.1f}%"
+    if key.endswith("_pct"):
+        return f"{value:.0f}%"
+    if key.endswith("_w"):
+        return f"{value:.0f} W"
+    if key == "time_s" or key.endswith("_time_s") and value >= 60:
+        return fmt_duration(value)
+    if key.endswith("_s") and not key.endswith("per_s"):
+        return f"{value:.3g} s"
+    return fmt_num(value)
+
+
+def progress_of(snap: dict[str, Any] | None, total_batches: int) -> tuple[int, int]:
+    """(batches done, batches in the run) from the 0-based epoch and batch index of the latest record."""
+    if not snap or snap.get("batch_index") is None:
+        return 0, total_batches
+    per_epoch = snap.get("batches_in_epoch") or 0
+    done = (snap.get("epoch") or 0) * per_epoch + snap["batch_index"] + 1
+    return min(done, total_batches) if total_batches else done, total_batches
+
+
+def eta_s(snap: dict[str, Any] | None, total_batches: int) -> float | None:
+    """Training-step time left (validation not included): batches left x the rolling step time."""
+    if not snap or snap.get("step_time_s") is None:
+        return None
+    done, total = progress_of(snap, total_batches)
+    return max(0, total - done) * snap["step_time_s"]
+
+
+def measured_vs_forecast(snap: dict[str, Any], forecast: dict[str, Any] | None) -> list[tuple[str, Any, Any, float | None]]:
+    """(label key, measured, forecast, measured/forecast) for each figure the forecast has."""
+    if not forecast:
+        return []
+    measured = {
+        "images_per_s": snap.get("images_per_s"),
+        "step_time_s": snap.get("step_time_s"),
+        "peak_memory_bytes": snap.get("gpu_mem_peak_bytes"),
+    }
+    rows = []
+    for key, fc in forecast.items():
+        if key not in measured or not isinstance(fc, (int, float)):
+            continue
+        m = measured[key]
+        ratio = m / fc if m is not None and fc else None
+        rows.append((key, m, fc, ratio))
+    return rows
+
+
+def plain_line(snap: dict[str, Any], epochs: int, total_batches: int) -> str:
+    done, total = progress_of(snap, total_batches)
+    per_epoch = snap.get("batches_in_epoch") or 0
+    epoch = (snap.get("epoch") or 0) + 1
+    batch = (snap.get("batch_index") or 0) + 1
+    run = f" (run {done / total:.0%})" if total else ""
+    parts = [
+        f"epoch {epoch}/{epochs} batch {batch}/{per_epoch}{run}",
+        f"{fmt_num(snap.get('it_per_s'), 3)} it/s {fmt_num(snap.get('images_per_s'), 4)} img/s",
+        f"ETA {fmt_duration(eta_s(snap, total_batches))}",
+        f"loss {fmt_num(snap.get('loss'))} lr {fmt_num(snap.get('lr'), 3)}",
+    ]
+    if snap.get("grad_norm") is not None:
+        parts[-1] += f" grad {fmt_num(snap['grad_norm'], 3)}"
+    if snap.get("amp_scale") is not None:
+        parts[-1] += f" scale {fmt_num(snap['amp_scale'], 3)}"
+    if snap.get("data_wait_fraction") is not None:
+        parts.append(f"wait {snap['data_wait_fraction']:.0%} h2d {snap['h2d_fraction']:.0%} "
+                     f"compute {snap['compute_fraction']:.0%}")
+    if snap.get("gpu_mem_allocated_bytes") is not None:
+        gpu = (f"GPU {ar.human_bytes(snap['gpu_mem_allocated_bytes'])} alloc "
+               f"{ar.human_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd "
+               f"{ar.human_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak")
+        if snap.get("gpu_util_pct") is not None:
+            gpu += f" {snap['gpu_util_pct']:.0f}%"
+        if snap.get("gpu_power_w") is not None:
+            gpu += f" {snap['gpu_power_w']:.0f} W"
+        parts.append(gpu)
+    if snap.get("host_ram_used_bytes") is not None:
+        parts.append(f"RAM {ar.human_bytes(snap['host_ram_used_bytes'])} used "
+                     f"{ar.human_bytes(snap.get('host_ram_available_bytes') or 0)} free")
+    return " | ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Dashboard:
+    """Context manager: `with Dashboard(plan, total_batches=..., epochs=..., mode=...) as dash:`.
+
+    total_batches counts loader batches over the whole run (epochs x batches per epoch).
+    `telemetry` (optional): when update() gets snapshot=None, the live screen pulls telemetry.snapshot()
+    itself at redraw time, so the loop need not build a snapshot per batch.
+    """
+
+    def __init__(self, plan: Plan, *, total_batches: int, epochs: int, mode: str = "plain",
+                 forecast: dict[str, Any] | None = None, stream: TextIO | None = None, plain_every_s: float = 10.0,
+                 report: HardwareReport | None = None, telemetry: Any = None, console: Any = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.plan, self.report, self.forecast = plan, report, forecast
+        self.total_batches, self.epochs, self.mode = total_batches, epochs, mode
+        self.stream = stream if stream is not None else sys.stdout
+        self.plain_every_s = plain_every_s
+        self.telemetry = telemetry
+        self._console = console
+        self._clock = clock
+        self._snap: dict[str, Any] | None = None
+        self._rec: Any = None
+        self._rows: list[dict[str, Any]] = []
+        self._messages: list[str] = []
+        self._live: Any = None
+        self._last_plain: float | None = None
+        self._last_kind: str | None = None
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> "Dashboard":
+        if self.mode == "live":
+            from rich.live import Live
+
+            self._live = Live(console=self.console, get_renderable=self._render_safe,
+                              refresh_per_second=REFRESH_PER_SECOND, transient=False)
+            self._live.start()
+        elif self.mode == "plain":
+            self._write(f"fasttrain: {self._header()}")
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._closed:
+            self._stop_live()
+            self._closed = True
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False)
+        return self._console
+
+    # -- the loop's calls ------------------------------------------------------------------------
+    def update(self, snapshot: dict[str, Any] | None, rec: Any = None) -> None:
+        """Store the latest figures; drawing is throttled elsewhere (live) or here by the clock (plain)."""
+        if snapshot is not None:
+            self._snap = snapshot
+        self._rec = rec
+        if self.mode != "plain":
+            return
+        now = self._clock()
+        if self._last_plain is None:
+            self._last_plain = now  # first line after plain_every_s: the first batches are warm-up anyway
+            return
+        if now - self._last_plain >= self.plain_every_s:
+            self._last_plain = now
+            self._print_plain()
+
+    def epoch_end(self, row: dict[str, Any]) -> None:
+        """One row of the epoch table (keys chosen by the loop: epoch, train_loss, val_acc1, time_s, ...)."""
+        self._rows.append(dict(row))
+        if self.mode == "plain":
+            self._write("epoch " + " ".join(f"{k}={fmt_value(k, v)}" for k, v in row.items()))
+            snap = self._current()
+            if snap:
+                self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report)}")
+
+    def message(self, text: str, level: str = "info") -> None:
+        """A line above the live screen / in the plain log; with --quiet only errors are shown."""
+        line = text if level == "info" else f"{level}: {text}"
+        if self.mode == "quiet" and level != "error":
+            return
+        if self.mode == "live" and self._live is not None:
+            self._messages = (self._messages + [line])[-LIVE_MESSAGES:]
+            self._live.console.print(line, markup=False, highlight=False)
+        else:
+            self._write(line)
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        """Stop redrawing and print the final summary (in every mode, --quiet included)."""
+        if self._closed:
+            return
+        if self.mode == "live" and self._live is not None:
+            self._live.refresh()
+        self._stop_live()
+        self._closed = True
+        if summary is None:
+            return
+        if self.mode == "live":
+            self.console.print(self._summary_table(summary))
+        else:
+            self._write("summary:")
+            for key, value in summary.items():
+                self._write(f"  {key}: {fmt_value(key, value)}")
+
+    # -- plain -----------------------------------------------------------------------------------
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _current(self) -> dict[str, Any] | None:
+        if self._snap is None and self.telemetry is not None:
+            return self.telemetry.snapshot()
+        return self._snap
+
+    def _print_plain(self) -> None:
+        snap = self._current()
+        if not snap:
+            return
+        self._write(plain_line(snap, self.epochs, self.total_batches))
+        verdict = vd.assess(snap, self.plan, self.report)
+        if verdict.kind != self._last_kind:  # the verdict is repeated only when it changes
+            self._last_kind = verdict.kind
+            self._write(f"verdict: {verdict.text}")
+
+    def _header(self) -> str:
+        p = self.plan
+        return (f"profile {p.profile_name} | device {p.device} ({p.device_reason}) | {p.precision} | "
+                f"batch {p.batch_size} x {p.accumulation_steps} accumulation | workers {p.workers}")
+
+    # -- live ------------------------------------------------------------------------------------
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _render_safe(self) -> Any:
+        try:
+            return self.render()
+        except Exception as exc:  # noqa: BLE001 - a drawing bug must never stop training
+            from rich.text import Text
+
+            return Text(f"dashboard error: {exc.__class__.__name__}: {exc}")
+
+    def render(self) -> Any:
+        """The live screen as one Rich renderable (also used by tests)."""
+        from fasttrain import dashboard_view
+
+        snap = self._current() or {}
+        return dashboard_view.screen(self, snap)
+
+    def _summary_table(self, summary: dict[str, Any]) -> Any:
+        from rich.table import Table
+
+        table = Table(title="summary", show_header=False)
+        table.add_column("key", style="bold")
+        table.add_column("value")
+        for key, value in summary.items():
+            table.add_row(key, fmt_value(key, value))
+        return table

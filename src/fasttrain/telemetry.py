@@ -1,0 +1,444 @@
+"""Telemetry: what each training step actually spent its time on, kept cheap enough to leave on.
+
+The training thread calls `record()` once per loader batch. It only writes a few numbers into
+fixed-size ring buffers and running sums (O(1), no device sync, no I/O, no torch calls), so it
+costs a few microseconds. Everything slow -- NVML (GPU utilisation and power), the CUDA
+allocator's memory counters, host RAM from psutil -- is read on a background thread every
+`sample_interval_s` seconds. `snapshot()` turns the rolling window plus the latest samples into
+a plain dict with stable keys that the dashboard, the verdict and metrics.jsonl all read.
+
+Times are seconds, memory bytes, power watts, utilisation percent (0-100).
+torch is never imported here at module import time (the CLI imports this module).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# Steps kept in the rolling window: ~a few seconds of training at typical step times, enough to
+# smooth out one slow batch without hiding a change of regime for long.
+DEFAULT_WINDOW = 50
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One loader batch as the loop measured it (host wall-clock seconds; no device sync implied).
+
+    epoch and batch_index are 0-based; step counts optimizer steps taken so far.
+    loss/grad_norm/amp_scale may be None on batches where the loop did not read them back
+    (reading a CUDA tensor with .item() forces a sync, so the loop does it only every few steps).
+    """
+
+    epoch: int
+    step: int
+    batch_index: int
+    batches_in_epoch: int
+    images: int
+    data_wait_s: float
+    h2d_s: float
+    compute_s: float
+    loss: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    amp_scale: float | None = None
+    skipped: bool = False
+    batch_size: int = 0
+    accumulation_steps: int = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Background sampling (runs off the training thread)
+
+
+def _host_sample() -> dict[str, Any]:
+    """Host RAM of the machine and the resident memory of this process plus its loader workers."""
+    try:
+        import psutil
+    except ImportError:  # psutil is a dependency, but a broken install should not stop training
+        return {}
+    vm = psutil.virtual_memory()
+    out: dict[str, Any] = {
+        "host_ram_total_bytes": int(vm.total),
+        "host_ram_used_bytes": int(vm.total - vm.available),
+        "host_ram_available_bytes": int(vm.available),
+    }
+    try:
+        me = psutil.Process()
+        rss = me.memory_info().rss
+        for child in me.children(recursive=True):  # DataLoader workers are child processes
+            try:
+                rss += child.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        out["process_rss_bytes"] = int(rss)
+    except Exception:  # noqa: BLE001 - a vanished worker must not kill the sampler
+        pass
+    return out
+
+
+class GpuReader:
+    """Reads one CUDA device: allocator counters from torch, utilisation and power from NVML.
+
+    `reason` says in words why readings are missing (CPU device, no NVML library, ...);
+    `read()` returns whatever is available and never raises.
+    """
+
+    def __init__(self, device: str, gpu_index: int = 0):
+        self.device = device
+        self.gpu_index = gpu_index
+        self.reason: str | None = None      # why there are no GPU readings at all
+        self.nvml_reason: str | None = None  # why utilisation/power are missing
+        self._torch: Any = None
+        self._nvml: Any = None
+        self._handle: Any = None
+        self._opened = False
+        if not device.startswith("cuda"):
+            self.reason = self.nvml_reason = f"device is {device}: no GPU readings"
+
+    def open(self) -> None:
+        self._opened = True
+        if not self.device.startswith("cuda"):
+            return
+        torch = sys.modules.get("torch")
+        if torch is None:
+            try:
+                import torch  # noqa: F811 - lazily, only when training on CUDA
+            except ImportError as exc:
+                torch = None
+                self.reason = f"torch not importable: {exc}"
+        if torch is not None and torch.cuda.is_available():
+            self._torch = torch
+        elif self.reason is None:
+            self.reason = "torch sees no CUDA device"
+        self._open_nvml()
+
+    def _open_nvml(self) -> None:
+        try:
+            import pynvml  # from nvidia-ml-py
+        except ImportError as exc:
+            self.nvml_reason = f"nvidia-ml-py not installed ({exc})"
+            return
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            self.nvml_reason = f"NVML unavailable: {exc.__class__.__name__}: {exc}"
+            return
+        self._nvml = pynvml
+        try:
+            self._handle = self._nvml_handle(pynvml)
+        except Exception as exc:  # noqa: BLE001
+            self.nvml_reason = f"NVML has no GPU {self.gpu_index}: {exc}"
+            self._handle = None
+
+    def _nvml_handle(self, pynvml: Any) -> Any:
+        """NVML counts GPUs physically; torch after CUDA_VISIBLE_DEVICES. Match them by UUID when possible."""
+        if self._torch is not None:
+            try:
+                uuid = str(self._torch.cuda.get_device_properties(self.gpu_index).uuid)
+                return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            except Exception:  # noqa: BLE001 - older torch without .uuid: fall back to the index
+                pass
+        return pynvml.nvmlDeviceGetHandleByIndex(self.gpu_index)
+
+    def read(self) -> dict[str, Any]:
+        if not self._opened:
+            self.open()
+        out: dict[str, Any] = {}
+        torch = self._torch
+        if torch is not None:
+            try:  # allocator counters: host-side reads, no device sync
+                i = self.gpu_index
+                out["gpu_mem_allocated_bytes"] = int(torch.cuda.memory_allocated(i))
+                out["gpu_mem_reserved_bytes"] = int(torch.cuda.memory_reserved(i))
+                out["gpu_mem_peak_bytes"] = int(torch.cuda.max_memory_allocated(i))
+            except Exception:  # noqa: BLE001
+                pass
+        if self._handle is not None:
+            nv = self._nvml
+            try:
+                out["gpu_util_pct"] = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            except Exception:  # noqa: BLE001 - some GPUs (vGPU, MIG) do not report it
+                pass
+            try:
+                out["gpu_power_w"] = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # mW -> W
+                out["gpu_power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                out["gpu_mem_total_bytes"] = int(nv.nvmlDeviceGetMemoryInfo(self._handle).total)
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            self._nvml = None
+            self._handle = None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Telemetry:
+    """Rolling per-step timings plus background hardware samples.
+
+    `clock` is injectable so tests control time; it must be monotonic seconds.
+    `gpu_reader`/`host_reader` replace the real readers (tests, recorded readings).
+    """
+
+    def __init__(self, device: str, gpu_index: int = 0, sample_interval_s: float = 1.0, *,
+                 window: int = DEFAULT_WINDOW, clock: Callable[[], float] = time.perf_counter,
+                 gpu_reader: Any = None, host_reader: Callable[[], dict[str, Any]] | None = None):
+        if window < 2:
+            raise ValueError("window must hold at least 2 steps to measure a rate")
+        self.device = device
+        self.sample_interval_s = sample_interval_s
+        self._clock = clock
+        self._gpu = gpu_reader if gpu_reader is not None else GpuReader(device, gpu_index)
+        self._host = host_reader or _host_sample
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._samples: dict[str, Any] = {}
+        self._sample_error: str | None = None
+        self._n = window
+        # Ring buffers, preallocated: end time of each batch and its parts.
+        self._t = [0.0] * window
+        self._img = [0] * window
+        self._dw = [0.0] * window
+        self._h2d = [0.0] * window
+        self._comp = [0.0] * window
+        self._reset_all()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _reset_all(self) -> None:
+        self._i = 0          # next slot to write
+        self._count = 0      # records in the window (<= window)
+        self._seen = 0       # records since start
+        self._sum_img = 0
+        self._sum_dw = self._sum_h2d = self._sum_comp = 0.0
+        self._last: StepRecord | None = None
+        self._latest = {"loss": None, "lr": None, "grad_norm": None, "amp_scale": None}
+        self._skipped_total = 0
+        self._reset_epoch()
+
+    def _reset_epoch(self) -> None:
+        self._ep_batches = 0
+        self._ep_images = 0
+        self._ep_dw = self._ep_h2d = self._ep_comp = 0.0
+        self._ep_t0: float | None = None
+        self._ep_t1: float | None = None
+        self._ep_loss_sum = 0.0
+        self._ep_loss_n = 0
+        self._ep_skipped = 0
+        self._ep_util_sum = 0.0
+        self._ep_util_n = 0
+        self._ep_power_sum = 0.0
+        self._ep_power_n = 0
+
+    def start(self) -> "Telemetry":
+        """Start the background sampler (idempotent). Takes one sample right away."""
+        if self._thread is not None:
+            return self
+        self._stop.clear()
+        self._sample_once()
+        self._thread = threading.Thread(target=self._run, name="fasttrain-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and join the sampler; safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, 2 * self.sample_interval_s))
+            self._thread = None
+        close = getattr(self._gpu, "close", None)
+        if close:
+            close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> "Telemetry":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.sample_interval_s):
+            self._sample_once()
+
+    def _sample_once(self) -> None:
+        try:
+            sample = dict(self._host())
+            sample.update(self._gpu.read())
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a sampler failure must never stop training
+            sample, error = {}, f"{exc.__class__.__name__}: {exc}"
+        with self._lock:
+            self._samples.update(sample)
+            self._sample_error = error
+            util, power = sample.get("gpu_util_pct"), sample.get("gpu_power_w")
+            if self._ep_batches:  # average over the time the epoch was actually training
+                if util is not None:
+                    self._ep_util_sum += util
+                    self._ep_util_n += 1
+                if power is not None:
+                    self._ep_power_sum += power
+                    self._ep_power_n += 1
+
+    # -- the training thread's call ------------------------------------------------------------
+    def record(self, rec: StepRecord) -> None:
+        """O(1): store one batch's timings in the ring buffer and update the running sums."""
+        now = self._clock()
+        with self._lock:
+            i = self._i
+            if self._count == self._n:  # evict the oldest slot's contribution
+                self._sum_img -= self._img[i]
+                self._sum_dw -= self._dw[i]
+                self._sum_h2d -= self._h2d[i]
+                self._sum_comp -= self._comp[i]
+            else:
+                self._count += 1
+            self._t[i] = now
+            self._img[i] = rec.images
+            self._dw[i] = rec.data_wait_s
+            self._h2d[i] = rec.h2d_s
+            self._comp[i] = rec.compute_s
+            self._sum_img += rec.images
+            self._sum_dw += rec.data_wait_s
+            self._sum_h2d += rec.h2d_s
+            self._sum_comp += rec.compute_s
+            self._i = i + 1 if i + 1 < self._n else 0
+            if self._i == 0:  # once per window: recompute the sums so float drift cannot build up
+                self._sum_dw, self._sum_h2d, self._sum_comp = sum(self._dw), sum(self._h2d), sum(self._comp)
+            self._seen += 1
+            self._last = rec
+            latest = self._latest
+            if rec.loss is not None:
+                latest["loss"] = rec.loss
+                if math.isfinite(rec.loss):
+                    self._ep_loss_sum += rec.loss
+                    self._ep_loss_n += 1
+            if rec.lr is not None:
+                latest["lr"] = rec.lr
+            if rec.grad_norm is not None:
+                latest["grad_norm"] = rec.grad_norm
+            if rec.amp_scale is not None:
+                latest["amp_scale"] = rec.amp_scale
+            if rec.skipped:
+                self._skipped_total += 1
+                self._ep_skipped += 1
+            if self._ep_t0 is None:  # the epoch began when its first batch started waiting for data
+                self._ep_t0 = now - (rec.data_wait_s + rec.h2d_s + rec.compute_s)
+            self._ep_t1 = now
+            self._ep_batches += 1
+            self._ep_images += rec.images
+            self._ep_dw += rec.data_wait_s
+            self._ep_h2d += rec.h2d_s
+            self._ep_comp += rec.compute_s
+
+    # -- reading ---------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The rolling window as a plain dict (stable keys; None where not measured yet)."""
+        with self._lock:
+            n, seen, last = self._count, self._seen, self._last
+            sums = (self._sum_img, self._sum_dw, self._sum_h2d, self._sum_comp)
+            newest = self._t[self._i - 1] if n else 0.0
+            oldest_i = (self._i - n) % self._n
+            oldest, oldest_img = self._t[oldest_i], self._img[oldest_i]
+            samples = dict(self._samples)
+            latest = dict(self._latest)
+            skipped = self._skipped_total
+            sample_error = self._sample_error
+        sum_img, sum_dw, sum_h2d, sum_comp = sums
+        parts = sum_dw + sum_h2d + sum_comp
+        it_per_s = images_per_s = step_time = None
+        span = newest - oldest
+        if n >= 2 and span > 0:
+            # n timestamps bound n-1 intervals; the oldest batch finished at the window's start.
+            it_per_s = (n - 1) / span
+            images_per_s = (sum_img - oldest_img) / span
+            step_time = span / (n - 1)
+        elif n and parts > 0:  # one batch so far: its measured parts are all we know
+            step_time = parts / n
+            it_per_s = 1.0 / step_time
+            images_per_s = sum_img / parts
+        snap: dict[str, Any] = {
+            "device": self.device,
+            "steps_seen": seen,
+            "window_steps": n,
+            "epoch": last.epoch if last else None,
+            "step": last.step if last else None,
+            "batch_index": last.batch_index if last else None,
+            "batches_in_epoch": last.batches_in_epoch if last else None,
+            "batch_size": last.batch_size if last else None,
+            "accumulation_steps": last.accumulation_steps if last else None,
+            "it_per_s": it_per_s,
+            "images_per_s": images_per_s,
+            "step_time_s": step_time,
+            "data_wait_s": sum_dw / n if n else None,
+            "h2d_s": sum_h2d / n if n else None,
+            "compute_s": sum_comp / n if n else None,
+            "data_wait_fraction": sum_dw / parts if parts > 0 else None,
+            "h2d_fraction": sum_h2d / parts if parts > 0 else None,
+            "compute_fraction": sum_comp / parts if parts > 0 else None,
+            "eta_epoch_s": None,
+            "skipped_steps": skipped,
+            **latest,
+            "gpu_reason": getattr(self._gpu, "reason", None),
+            "nvml_reason": getattr(self._gpu, "nvml_reason", None),
+            "sample_error": sample_error,
+            **samples,
+        }
+        if last is not None and step_time is not None:
+            snap["eta_epoch_s"] = max(0, last.batches_in_epoch - last.batch_index - 1) * step_time
+        return snap
+
+    def epoch_stats(self, reset: bool = True) -> dict[str, Any]:
+        """Totals since the last reset (one epoch): batches, images, wall time, images/s, time split, mean loss."""
+        with self._lock:
+            batches, images = self._ep_batches, self._ep_images
+            dw, h2d, comp = self._ep_dw, self._ep_h2d, self._ep_comp
+            wall = (self._ep_t1 - self._ep_t0) if self._ep_t0 is not None and self._ep_t1 is not None else 0.0
+            loss = self._ep_loss_sum / self._ep_loss_n if self._ep_loss_n else None
+            util = self._ep_util_sum / self._ep_util_n if self._ep_util_n else None
+            power = self._ep_power_sum / self._ep_power_n if self._ep_power_n else None
+            skipped = self._ep_skipped
+            peak = self._samples.get("gpu_mem_peak_bytes")
+            if reset:
+                self._reset_epoch()
+        parts = dw + h2d + comp
+        return {
+            "batches": batches,
+            "images": images,
+            "time_s": wall,
+            "images_per_s": images / wall if wall > 0 else None,
+            "it_per_s": batches / wall if wall > 0 else None,
+            "data_wait_s": dw,
+            "h2d_s": h2d,
+            "compute_s": comp,
+            "data_wait_fraction": dw / parts if parts > 0 else None,
+            "h2d_fraction": h2d / parts if parts > 0 else None,
+            "compute_fraction": comp / parts if parts > 0 else None,
+            "train_loss": loss,
+            "skipped_steps": skipped,
+            "gpu_util_mean_pct": util,
+            "gpu_power_mean_w": power,
+            "gpu_mem_peak_bytes": peak,
+        }
+
+    def reset(self) -> None:
+        """Forget everything (window, latest values, epoch totals); the sampler keeps running."""
+        with self._lock:
+            self._reset_all()

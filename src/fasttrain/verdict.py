@@ -1,0 +1,171 @@
+"""The bottleneck verdict: one plain sentence saying where the step time goes and what to change.
+
+Pure: reads a telemetry snapshot (telemetry.Telemetry.snapshot()), the Plan and, when there is one,
+the HardwareReport. The field notes' commonest story -- "GPU utilization: 0% most of the time",
+a starved data loader (shared/seeds/aggressive-a10g-imagenet.md) -- is the input-bound case; their
+fix of 32 workers x prefetch 8 then ran the host out of RAM, which is why the worker advice is
+always capped by the plan's RAM budget (arithmetic.workers_within_budget) and by the cores.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fasttrain import arithmetic as ar
+from fasttrain.plan import Plan
+from fasttrain.report import HardwareReport
+
+# The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
+# judging them would call every run input- or compute-bound for the wrong reason.
+WARMUP_STEPS = 20
+# Fewer batches than this in the rolling window give fractions too noisy to act on.
+MIN_WINDOW_STEPS = 10
+# A loader that keeps up leaves the step waiting ~0% (prefetched batches are ready). Waiting 30% or
+# more of each step means the input pipeline, not the model, sets the pace.
+INPUT_BOUND_FRACTION = 0.30
+# With the GPU mostly idle (NVML), a smaller wait is already the cause: the notes' "0% utilisation".
+LOW_GPU_UTIL_PCT = 50.0
+INPUT_BOUND_FRACTION_LOW_UTIL = 0.15
+# Pinned, non-blocking copies overlap compute and take a few % at most; 20% means the copy is exposed.
+TRANSFER_BOUND_FRACTION = 0.20
+# The data-wait share is capped here before solving for workers, so a 99% wait asks for a sane number.
+MAX_WAIT_FRACTION_FOR_SIZING = 0.9
+# No RAM search beyond this many workers: past it, process start-up and IPC cost more than they bring.
+MAX_WORKERS_CONSIDERED = 64
+# PyTorch's own default when prefetch_factor is not set.
+TORCH_DEFAULT_PREFETCH = 2
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str   # "warming-up" | "input-bound" | "transfer-bound" | "host-bound" | "compute-bound"
+    text: str
+    suggested_workers: int | None = None
+    ram_allows_workers: int | None = None
+    cores_allow_workers: int | None = None
+
+
+def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> str:
+    """The verdict as one sentence, e.g. 'input-bound: 61% of each step waits for data; raise ...'."""
+    return assess(snapshot, plan, report).text
+
+
+def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> Verdict:
+    seen = snapshot.get("steps_seen") or 0
+    window = snapshot.get("window_steps") or 0
+    wait = snapshot.get("data_wait_fraction")
+    h2d = snapshot.get("h2d_fraction")
+    compute = snapshot.get("compute_fraction")
+    if seen < WARMUP_STEPS or window < MIN_WINDOW_STEPS or wait is None or h2d is None or compute is None:
+        return Verdict("warming-up", f"warming up: {seen} of {WARMUP_STEPS} steps measured (the first steps include "
+                                     "worker start-up, autotuning and compilation)")
+    util = snapshot.get("gpu_util_pct")
+    low_util = util is not None and util < LOW_GPU_UTIL_PCT
+    if wait >= INPUT_BOUND_FRACTION or (low_util and wait >= INPUT_BOUND_FRACTION_LOW_UTIL):
+        return _input_bound(wait, util, plan, report)
+    if h2d >= TRANSFER_BOUND_FRACTION:
+        return _transfer_bound(h2d, plan)
+    if low_util:
+        return Verdict("host-bound", f"host-bound: the GPU is busy only {util:.0f}% although data arrives in time; "
+                                     "the Python side cannot queue work fast enough -- raise loader.batch_size or "
+                                     "use speed.compile=true with compile_mode=reduce-overhead (CUDA graphs)")
+    return _compute_bound(compute, plan, report)
+
+
+def workers_needed(current_workers: int, wait_fraction: float) -> int:
+    """Workers that would make data arrive as fast as compute consumes it (loading scales with workers).
+
+    With W workers the loader delivers one batch per step time T, so each worker needs W*T per batch;
+    compute alone takes (1 - f)*T, hence W / (1 - f) workers. With 0 workers the main process loads:
+    load time is f*T, so f / (1 - f) workers hide it.
+    """
+    f = min(wait_fraction, MAX_WAIT_FRACTION_FOR_SIZING)
+    if current_workers <= 0:
+        return max(1, math.ceil(f / (1 - f)))
+    return max(current_workers + 1, math.ceil(current_workers / (1 - f)))
+
+
+def one_batch_host_bytes(plan: Plan) -> int:
+    """Host bytes one prefetched batch holds on this machine (all local processes), from the plan's loader RAM."""
+    if plan.workers > 0:
+        return plan.loader_ram_bytes // (plan.workers * (plan.prefetch_factor or TORCH_DEFAULT_PREFETCH))
+    return plan.loader_ram_bytes  # 0 workers: the main process holds one batch
+
+
+def ram_allows_workers(plan: Plan) -> int:
+    prefetch = plan.prefetch_factor or TORCH_DEFAULT_PREFETCH
+    return ar.workers_within_budget(MAX_WORKERS_CONSIDERED, prefetch, one_batch_host_bytes(plan), plan.ram_budget_bytes)
+
+
+def cores_allow_workers(report: HardwareReport | None) -> int | None:
+    """Leave one core to the training process itself, which also needs the CPU to launch work."""
+    return None if report is None else max(1, report.cores - 1)
+
+
+def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareReport | None) -> Verdict:
+    head = f"input-bound: {wait:.0%} of each step waits for data"
+    if util is not None:
+        head += f" (GPU busy {util:.0f}%)"
+    need = workers_needed(plan.workers, wait)
+    ram = ram_allows_workers(plan)
+    cores = cores_allow_workers(report)
+    limit = min(ram, cores) if cores is not None else ram
+    suggest = min(need, limit)
+    kw = dict(ram_allows_workers=ram, cores_allow_workers=cores)
+    ram_text = f"{ram}+" if ram >= MAX_WORKERS_CONSIDERED else str(ram)
+    if suggest > plan.workers:
+        text = f"{head}; raise num_workers to {suggest}"
+        if suggest < need and suggest == ram:
+            text += f" (RAM allows {ram}, not the {need} that would hide the wait)"
+        elif suggest < need:
+            text += f" (the cores allow {cores}), RAM allows {ram_text}"
+        else:
+            text += f", RAM allows {ram_text}"
+        return Verdict("input-bound", f"{text} (--set loader.num_workers={suggest})", suggested_workers=suggest, **kw)
+    cheaper = ("make each batch cheaper to load: smaller loader.image_size, lighter augmentation, "
+               "pre-decoded or cached data, or a faster disk")
+    if cores is not None and plan.workers >= cores:
+        why = f"num_workers={plan.workers} already uses the {report.cores if report else '?'} cores"
+    elif ram <= plan.workers:
+        why = (f"RAM allows only {ram} workers at prefetch_factor {plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
+               f"inside the {ar.human_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room")
+    else:
+        why = f"num_workers={plan.workers} is already at the limit"
+    return Verdict("input-bound", f"{head}; {why}; {cheaper}", suggested_workers=plan.workers, **kw)
+
+
+def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
+    head = f"transfer-bound: {h2d:.0%} of each step copies batches to the device"
+    if plan.device == "cuda" and not plan.pin_memory:
+        fix = "turn on loader.pin_memory so copies run with non_blocking=True and overlap compute"
+    else:
+        fix = "send images as uint8 and normalise on the GPU (4x fewer bytes than float32), or use a smaller image_size"
+    return Verdict("transfer-bound", f"{head}; {fix}")
+
+
+def untapped_speedups(plan: Plan, report: HardwareReport | None) -> list[str]:
+    """Speed settings the plan has off although this device would support them, as --set fragments."""
+    out: list[str] = []
+    gpu = report.gpus[0] if report and report.gpus else None
+    if plan.device == "cuda":
+        if plan.precision == "fp32":
+            bf16 = gpu.bf16_supported if gpu is not None else None
+            out.append("speed.precision=fp16-mixed" if bf16 is False else "speed.precision=bf16-mixed")
+        if not plan.channels_last:  # NHWC feeds tensor cores directly for conv nets
+            out.append("speed.channels_last=true")
+        if plan.precision == "fp32" and not plan.tf32 and gpu is not None and gpu.tf32_supported:
+            out.append("speed.tf32=true")
+    elif plan.precision == "fp32" and report is not None and report.torch.cpu_bf16_fast:
+        out.append("speed.precision=bf16-mixed")  # AVX512-BF16/AMX make CPU bf16 autocast pay off
+    if not plan.compile and plan.compile_reason == "off in the profile" and (report is None or report.torch.compile_ok):
+        out.append("speed.compile=true")
+    return out
+
+
+def _compute_bound(compute: float, plan: Plan, report: HardwareReport | None) -> Verdict:
+    head = f"compute-bound: {compute:.0%} of each step is compute, the input pipeline keeps up"
+    todo = untapped_speedups(plan, report)
+    if todo:
+        return Verdict("compute-bound", f"{head}; still off here: " + ", ".join(f"--set {t}" for t in todo))
+    return Verdict("compute-bound", f"{head}; the speed settings this device supports are on -- good")
