@@ -42,6 +42,10 @@ class GpuInfo(_Data):
     compute_capability: str | None = None
     bf16_supported: bool | None = None
     tf32_supported: bool | None = None
+    # Added by the doctor probe (hardware.py):
+    uuid: str | None = None
+    compute_capability_source: str | None = None  # "torch", "nvml" or "table" (data/compute_capability.csv)
+    visible_to_torch: bool | None = None  # False when CUDA_VISIBLE_DEVICES or a broken CUDA hides it from torch
 
 
 class TorchInfo(_Data):
@@ -58,6 +62,12 @@ class TorchInfo(_Data):
     compile_ok: bool = False
     compile_reason: str = ""
     cpu_bf16_fast: bool | None = None  # AVX512-BF16 or AMX on the CPU
+    # Added by the doctor probe: how the numbers were obtained. "static" reads torch/version.py and the
+    # installed wheels without importing torch (no NVIDIA device here, so CUDA cannot be available);
+    # "import" ran `import torch` in a child process (a GPU is present).
+    probe_method: str = ""
+    import_error: str | None = None  # torch is installed but importing it failed (last line of the error)
+    cxx_compiler: str | None = None  # inductor's CPU backend compiles C++
 
 
 class CpuInfo(_Data):
@@ -75,6 +85,10 @@ class MemoryInfo(_Data):
     swap_used_bytes: int = 0
     shm_total_bytes: int | None = None
     shm_free_bytes: int | None = None
+    # Added by the doctor probe: a container's memory limit (cgroup memory.max). When it is set,
+    # ram_total_bytes is the smaller of it and the host RAM: that is what the loaders can really use.
+    host_ram_total_bytes: int | None = None
+    cgroup_limit_bytes: int | None = None
 
 
 class DiskInfo(_Data):
@@ -84,6 +98,11 @@ class DiskInfo(_Data):
     read_mb_per_s: float | None = None
     files_per_s: float | None = None
     sample_files: int | None = None
+    # Added by the doctor probe:
+    role: str = ""  # "cwd", "data" or "path"
+    sample_bytes: int | None = None
+    sample_seconds: float | None = None
+    cold_cache: bool | None = None  # page cache dropped (posix_fadvise DONTNEED) before reading each file
 
 
 class HardwareReport(_Data):
@@ -100,6 +119,10 @@ class HardwareReport(_Data):
     memory: MemoryInfo
     disks: list[DiskInfo] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # Added by the doctor probe:
+    fasttrain_version: str = ""
+    probe_seconds: float | None = None
+    python_version: str = ""
 
     @property
     def has_cuda(self) -> bool:

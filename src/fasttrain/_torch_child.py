@@ -1,0 +1,79 @@
+"""Run as `python -m fasttrain._torch_child`: import torch, print what it sees as one JSON line.
+
+The doctor runs this in a child process, for three reasons: `import torch` (~2.5 s) then overlaps the
+other probes; a torch that crashes or hangs while loading CUDA becomes a finding, not a dead doctor;
+and the CUDA context the child creates goes away with it, so it never shows up as "another process
+holding GPU memory". Standard library and torch only: importing fasttrain's models here would add
+their start-up cost to the child.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _nccl(torch) -> str | None:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # a build without NCCL, or no CUDA at all
+        return None
+    if isinstance(version, tuple):
+        return ".".join(str(v) for v in version)
+    return str(version)
+
+
+def _devices(torch) -> list[dict]:
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        uuid = getattr(props, "uuid", None)
+        out.append({
+            "index": i,
+            "name": props.name,
+            "total_memory": int(props.total_memory),
+            "capability": f"{props.major}.{props.minor}",
+            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else uuid,
+        })
+    return out
+
+
+def collect() -> dict:
+    import torch
+
+    info: dict = {
+        "version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "hip_version": getattr(torch.version, "hip", None),
+        "cudnn_version": None,
+        "cuda_available": False,
+        "device_count": 0,
+        "nccl_version": None,
+        "devices": [],
+        "cpu_capability": None,
+        "errors": [],
+    }
+    try:
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except Exception as exc:  # older torch
+        info["errors"].append(f"cpu capability: {exc}")
+    try:
+        info["cudnn_version"] = torch.backends.cudnn.version()
+    except Exception as exc:
+        info["errors"].append(f"cudnn: {exc}")
+    try:
+        info["cuda_available"] = bool(torch.cuda.is_available())
+        if info["cuda_available"]:
+            info["device_count"] = torch.cuda.device_count()
+            info["devices"] = _devices(torch)
+            info["nccl_version"] = _nccl(torch)
+    except Exception as exc:  # e.g. the driver is older than the CUDA the wheel was built for
+        info["errors"].append(f"cuda: {type(exc).__name__}: {exc}")
+    return info
+
+
+def main() -> None:
+    sys.stdout.write(json.dumps(collect()) + "\n")
+
+
+if __name__ == "__main__":
+    main()
