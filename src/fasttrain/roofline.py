@@ -1,0 +1,82 @@
+"""Per-op roofline: the time of one training step from an op table and a device's ceilings.
+
+Pure arithmetic over numpy arrays (no torch): estimate.py prices plans with it and benchmarks/calibrate.py
+fits the efficiency factors with the very same function. Every aten call of the step is priced at
+max(compute time, memory time) + a fixed per-op overhead, so convolutions land on the compute roof and
+batch norm, activations and depthwise convolutions on the bandwidth roof, as they do on real hardware.
+Units: seconds, FLOPs, bytes, FLOP/s, bytes/s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Optimizer traffic per parameter per step, bytes (fp32 state): read p+g(+states), write p(+states).
+OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """The cost.OpCost list as arrays: per-sample FLOPs and bytes, fixed bytes, depthwise mask."""
+
+    flops: np.ndarray
+    bytes_per_sample: np.ndarray
+    fixed_bytes: np.ndarray
+    depthwise: np.ndarray
+    pointwise: np.ndarray  # ops without FLOPs: what torch.compile fuses
+
+    @classmethod
+    def from_ops(cls, ops: list) -> "OpTable":
+        flops = np.array([o.flops_per_sample for o in ops], dtype=float)
+        return cls(flops=flops,
+                   bytes_per_sample=np.array([o.bytes_per_sample for o in ops], dtype=float),
+                   fixed_bytes=np.array([o.fixed_bytes for o in ops], dtype=float),
+                   depthwise=np.array([o.depthwise for o in ops], dtype=bool),
+                   pointwise=flops == 0)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What one device can do and how much of it a training step gets (the calibrated factors)."""
+
+    peak_flops: float
+    bandwidth: float
+    compute_efficiency: float
+    memory_efficiency: float
+    depthwise_efficiency: float = 1.0   # share of compute_efficiency grouped convs reach
+    op_overhead_s: float = 0.0          # launch / dispatch cost per aten call
+    compile_pointwise_bytes: float = 1.0  # share of pointwise traffic left after torch.compile fuses it
+
+
+@dataclass(frozen=True)
+class StepTime:
+    seconds: float
+    compute_bound_s: float   # time in ops where the FLOP roof is the limit
+    memory_bound_s: float    # time in ops where the bandwidth roof is the limit
+    overhead_s: float
+    optimizer_s: float
+
+    @property
+    def limiter(self) -> str:
+        return "compute" if self.compute_bound_s >= self.memory_bound_s + self.optimizer_s else "memory bandwidth"
+
+
+def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimizer: str = "sgd",
+              momentum: bool = True, compiled: bool = False) -> StepTime:
+    """Seconds for one forward+backward+optimizer step of `batch` samples on one device."""
+    flop_rate = c.peak_flops * c.compute_efficiency * np.where(table.depthwise, c.depthwise_efficiency, 1.0)
+    compute = batch * table.flops / flop_rate
+    traffic = batch * table.bytes_per_sample + table.fixed_bytes
+    if compiled:
+        traffic = np.where(table.pointwise, traffic * c.compile_pointwise_bytes, traffic)
+    memory = traffic / (c.bandwidth * c.memory_efficiency)
+    per_op = np.maximum(compute, memory)
+    compute_bound = float(per_op[compute >= memory].sum())
+    memory_bound = float(per_op[compute < memory].sum())
+    n_ops = len(table.flops) * (c.compile_pointwise_bytes if compiled else 1.0)
+    overhead = n_ops * c.op_overhead_s
+    states = OPTIMIZER_STATES.get(optimizer, 1) if (optimizer != "sgd" or momentum) else 0
+    optimizer_s = params * 4 * (3 + 2 * states) / (c.bandwidth * c.memory_efficiency)
+    return StepTime(compute_bound + memory_bound + overhead + optimizer_s, compute_bound, memory_bound,
+                    overhead, optimizer_s)
