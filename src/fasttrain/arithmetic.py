@@ -85,3 +85,13 @@ def human_bytes(n: float) -> str:
     if abs(n) >= GIB:
         return f"{n / GIB:.1f} GiB"
     return f"{n / MIB:.0f} MiB"
+
+
+def loader_shm_bytes(workers: int, prefetch_factor: int | None, raw_batch_bytes: int, processes_per_node: int = 1) -> int:
+    """/dev/shm the DataLoader needs: each worker hands finished batches to the main process through shared
+    memory, so up to workers x prefetch batches are in flight, plus the one being consumed, per process.
+    Raw tensor bytes (no decode overhead): that is what lands in shm. 0 workers: nothing goes through shm.
+    """
+    if workers <= 0:
+        return 0
+    return (workers * (prefetch_factor or 2) + 1) * raw_batch_bytes * processes_per_node
