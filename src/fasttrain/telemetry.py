@@ -249,7 +249,7 @@ class Telemetry:
         if self._thread is not None:
             return self
         self._stop.clear()
-        self._sample_once()
+        self.sample_now()
         self._thread = threading.Thread(target=self._run, name="fasttrain-telemetry", daemon=True)
         self._thread.start()
         return self
@@ -276,9 +276,9 @@ class Telemetry:
 
     def _run(self) -> None:
         while not self._stop.wait(self.sample_interval_s):
-            self._sample_once()
+            self.sample_now()
 
-    def _sample_once(self) -> None:
+    def sample_now(self) -> None:
         try:
             sample = dict(self._host())
             sample.update(self._gpu.read())

@@ -82,8 +82,13 @@ def workers_needed(current_workers: int, wait_fraction: float) -> int:
     """
     f = min(wait_fraction, MAX_WAIT_FRACTION_FOR_SIZING)
     if current_workers <= 0:
-        return max(1, math.ceil(f / (1 - f)))
-    return max(current_workers + 1, math.ceil(current_workers / (1 - f)))
+        return max(1, _ceil(f / (1 - f)))
+    return max(current_workers + 1, _ceil(current_workers / (1 - f)))
+
+
+def _ceil(x: float) -> int:
+    """Ceiling that ignores float noise (0.8 / 0.2 = 4.000000000000001 needs 4 workers, not 5)."""
+    return math.ceil(x - 1e-9)
 
 
 def one_batch_host_bytes(plan: Plan) -> int:

@@ -1,0 +1,164 @@
+"""The dashboard in its three modes: plain lines without escape codes, the live Rich screen, quiet."""
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from fasttrain import dashboard as db
+from fasttrain import presets
+from fasttrain.dashboard import Dashboard, choose_mode
+from fasttrain.plan import make_plan
+from fasttrain.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.telemetry import StepRecord, Telemetry
+
+ESC = re.compile(r"\x1b|\[\d+m")
+FORECAST = {"images_per_s": 800.0, "step_time_s": 0.08, "peak_memory_bytes": 6 * 2**30}
+
+
+@pytest.fixture
+def report() -> HardwareReport:
+    return HardwareReport(cpu=CpuInfo(logical_cores=2),
+                          memory=MemoryInfo(ram_total_bytes=8 * 2**30, ram_available_bytes=6 * 2**30))
+
+
+@pytest.fixture
+def plan(report: HardwareReport):
+    return make_plan(presets.resolve("cpu").profile, report, dataset_size=6400)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def telemetry_after(n: int, clock: Clock, *, wait: float = 0.01, compute: float = 0.09, epoch: int = 0,
+                    tel: Telemetry | None = None) -> Telemetry:
+    tel = tel or Telemetry("cpu", clock=clock, host_reader=lambda: {"host_ram_used_bytes": 3 * 2**30,
+                                                                     "host_ram_available_bytes": 5 * 2**30})
+    tel.sample_now()
+    for i in range(n):
+        clock.now += wait + compute
+        tel.record(StepRecord(epoch, i, i % 100, 100, 64, wait, 0.0, compute, loss=1.5 - i / 1000, lr=0.1,
+                              batch_size=64))
+    return tel
+
+
+def test_choose_mode() -> None:
+    assert choose_mode(True, TTY()) == "quiet"
+    assert choose_mode(False, TTY()) == "live"
+    assert choose_mode(False, io.StringIO()) == "plain"   # a pipe, `| tee`, a CI log
+
+
+def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) -> None:
+    out, clock = io.StringIO(), Clock()
+    tel = telemetry_after(0, clock)
+    with Dashboard(plan, total_batches=400, epochs=4, mode="plain", stream=out, plain_every_s=10.0,
+                   report=report, forecast=FORECAST, clock=clock) as dash:
+        for i in range(300):  # 300 batches x 0.1 s = 30 s of training -> 3 periodic lines, not 300
+            telemetry_after(1, clock, tel=tel)
+            dash.update(tel.snapshot(), None)
+        dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_loss": 0.5, "val_acc1": 0.91, "time_s": 30.0})
+        dash.message("checkpoint saved")
+        dash.close({"best_val_acc1": 0.91, "images_per_s": 640.0, "run_dir": "runs/x"})
+    text = out.getvalue()
+    assert not ESC.search(text), "plain output must not contain terminal escape codes"
+    lines = text.splitlines()
+    periodic = [ln for ln in lines if ln.startswith("epoch 1/4 batch")]
+    assert len(periodic) == 2  # at 10 s and 20 s after the first update (which only starts the clock)
+    assert "10 it/s 640 img/s" in periodic[0] and "wait 10% h2d 0% compute 90%" in periodic[0]
+    assert "RAM 3.0 GiB used" in periodic[0]
+    assert lines[0].startswith("fasttrain: profile cpu | device cpu")
+    assert any(ln.startswith("verdict: compute-bound: 90% of each step is compute") for ln in lines)
+    assert "epoch epoch=1 train_loss=0.42 val_loss=0.5 val_acc1=91.0% time_s=0:00:30" in lines
+    assert "checkpoint saved" in lines
+    assert lines[-3:] == ["  best_val_acc1: 91.0%", "  images_per_s: 640", "  run_dir: runs/x"]
+
+
+def test_plain_mode_pulls_from_telemetry_when_given_no_snapshot(plan) -> None:
+    out, clock = io.StringIO(), Clock()
+    tel = telemetry_after(30, clock)
+    with Dashboard(plan, total_batches=100, epochs=1, mode="plain", stream=out, plain_every_s=1.0,
+                   telemetry=tel, clock=clock) as dash:
+        dash.update(None, None)
+        clock.now += 2
+        dash.update(None, None)
+    assert "batch 30/100 (run 30%)" in out.getvalue()
+
+
+def test_live_mode_renders_every_part(plan, report) -> None:
+    buf, clock = io.StringIO(), Clock()
+    console = Console(file=buf, force_terminal=True, width=160)
+    tel = telemetry_after(50, clock, wait=0.07, compute=0.03)
+    snap = tel.snapshot() | {"gpu_mem_allocated_bytes": 5 * 2**30, "gpu_mem_reserved_bytes": 6 * 2**30,
+                             "gpu_mem_peak_bytes": 7 * 2**30, "gpu_util_pct": 12.0, "gpu_power_w": 71.0}
+    with Dashboard(plan, total_batches=400, epochs=4, mode="live", console=console, report=report,
+                   forecast=FORECAST) as dash:
+        dash.update(snap, None)
+        console.print(dash.render())
+        dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_acc1": 0.91, "time_s": 30.0})
+        dash.message("checkpoint saved")
+        dash.close({"best_val_acc1": 0.91})
+    text = buf.getvalue()
+    assert "\x1b[" in text  # a real terminal rendering
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    for part in ("epoch 1/4", "50/400", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
+                 "5.0 GiB alloc / 6.0 GiB rsvd / 7.0 GiB peak", "12%, 71 W", "host RAM", "data wait", "70%",
+                 "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
+                 "epochs", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
+        assert part in plain, part
+
+
+def test_live_mode_survives_an_empty_and_a_broken_snapshot(plan) -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    with Dashboard(plan, total_batches=0, epochs=1, mode="live", console=console) as dash:
+        console.print(dash.render())  # nothing measured yet
+        dash.update({"it_per_s": "not a number", "batch_index": 0}, None)
+        assert "dashboard error" in str(dash._render_safe())
+    assert "epoch 1/1" in buf.getvalue()
+
+
+def test_quiet_mode_prints_only_errors_and_the_summary(plan) -> None:
+    out, clock = io.StringIO(), Clock()
+    tel = telemetry_after(100, clock)
+    with Dashboard(plan, total_batches=100, epochs=1, mode="quiet", stream=out, plain_every_s=0.0,
+                   clock=clock) as dash:
+        for _ in range(5):
+            clock.now += 100
+            dash.update(tel.snapshot(), None)
+        dash.epoch_end({"epoch": 1, "val_acc1": 0.9})
+        dash.message("checkpoint saved")
+        dash.message("loss is NaN", level="error")
+        dash.close({"best_val_acc1": 0.9})
+    assert out.getvalue().splitlines() == ["error: loss is NaN", "summary:", "  best_val_acc1: 90.0%"]
+
+
+def test_measured_vs_forecast_ratio() -> None:
+    snap = {"images_per_s": 600.0, "step_time_s": 0.1, "gpu_mem_peak_bytes": None}
+    rows = db.measured_vs_forecast(snap, FORECAST | {"note": "text is ignored"})
+    assert rows[0] == ("images_per_s", 600.0, 800.0, pytest.approx(0.75))
+    assert rows[1] == ("step_time_s", 0.1, 0.08, pytest.approx(1.25))
+    assert rows[2] == ("peak_memory_bytes", None, 6 * 2**30, None)  # no GPU: nothing measured
+
+
+def test_progress_and_eta_over_epochs() -> None:
+    snap = {"epoch": 2, "batch_index": 9, "batches_in_epoch": 100, "step_time_s": 0.5}
+    assert db.progress_of(snap, 400) == (210, 400)
+    assert db.eta_s(snap, 400) == pytest.approx(190 * 0.5)
+    assert db.fmt_duration(3725) == "1:02:05"
+
+
+def test_unknown_mode_is_refused(plan) -> None:
+    with pytest.raises(ValueError):
+        Dashboard(plan, total_batches=1, epochs=1, mode="fancy")
