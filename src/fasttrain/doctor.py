@@ -1,0 +1,89 @@
+"""`doctor`'s rules in the order they are shown: (HardwareReport, Profile?, images/s target?) -> findings.
+
+The rules themselves are pure functions in doctor_gpu.py (torch and the GPUs) and doctor_host.py
+(shm, RAM, workers, precision, compile, disks, environment); a Finding and its Context are in findings.py.
+
+The throughput the data disk must feed comes from, in order: the caller (a forecast from `estimate`,
+or `--target-images-per-s`), else the published ResNet-50 AMP training rate of the GPU in
+data/feed_targets.csv (NVIDIA's real-ImageNet numbers: what a good pipeline feeds on that GPU),
+else there is no target and the data-disk rule only reports the measured speed.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+from collections.abc import Callable
+from importlib import resources
+
+from fasttrain import doctor_gpu as g
+from fasttrain import doctor_host as h
+from fasttrain.findings import Context, Finding
+from fasttrain.profile import Profile
+from fasttrain.report import HardwareReport
+
+Rule = Callable[[Context], "Finding | None"]
+
+RULES: tuple[Rule, ...] = (
+    g.rule_torch_installed,
+    g.rule_no_gpu,
+    g.rule_torch_cuda,
+    g.rule_gpu_busy,
+    g.rule_throttling,
+    g.rule_pcie,
+    h.rule_profile_machine,
+    h.rule_bf16,
+    h.rule_compile,
+    h.rule_workers_vs_cores,
+    h.rule_loader_ram,
+    h.rule_shm,
+    h.rule_data_disk,
+    h.rule_disk_free,
+    h.rule_env,
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _feed_targets() -> tuple[tuple[str, float, str], ...]:
+    with (resources.files("fasttrain") / "data" / "feed_targets.csv").open(encoding="utf-8") as fh:
+        return tuple((r["gpu"], float(r["images_per_sec"]), f"{r['model']} {r['precision']}")
+                     for r in csv.DictReader(fh))
+
+
+def published_images_per_s(gpu_name: str) -> tuple[float, str] | None:
+    """The published training rate for this GPU (via gpus.find_gpu), or None when the file has no row for it."""
+    from fasttrain.gpus import find_gpu
+    spec = find_gpu(gpu_name)
+    if spec is None:
+        return None
+    for name, rate, what in _feed_targets():
+        if name == spec.name:
+            return rate, f"published {what} training rate of a {name}, data/feed_targets.csv"
+    return None
+
+
+def feed_target(report: HardwareReport, profile: Profile | None, given: float | None,
+                given_source: str = "--target-images-per-s") -> tuple[float | None, str]:
+    """(images/s the data disk must feed, where that number comes from)."""
+    if given:
+        return given, given_source
+    names = [gpu.name for gpu in report.gpus if report.has_cuda]
+    if profile is not None and profile.hardware.gpu:
+        names.append(profile.hardware.gpu)
+    for name in names:
+        hit = published_images_per_s(name)
+        if hit:
+            return hit
+    return None, ""
+
+
+def run_rules(report: HardwareReport, profile: Profile | None = None, target_images_per_s: float | None = None,
+              profile_label: str = "", target_source: str = "") -> list[Finding]:
+    """Every rule that applies, in RULES order."""
+    target, source = feed_target(report, profile, target_images_per_s, target_source or "--target-images-per-s")
+    ctx = Context(report, profile, profile_label, target, source)
+    return [f for f in (rule(ctx) for rule in RULES) if f is not None]
+
+
+def worst_status(findings: list[Finding]) -> str:
+    statuses = {f.status for f in findings}
+    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
