@@ -7,12 +7,17 @@ compute capability, compile / channels_last / TF32 where they help.
 """
 from __future__ import annotations
 
+import csv
 import math
 import re
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from importlib import resources
+from typing import Any
 
+from fasttrain import arithmetic as ar
 from fasttrain import presets
-from fasttrain.profile import HardwareSpec
+from fasttrain.profile import HardwareSpec, Profile
 from fasttrain.report import GpuInfo, HardwareReport
 
 CPU_PRESET = "cpu"
@@ -69,3 +74,182 @@ def best_preset(report: HardwareReport) -> str:
     if gpu is None or not candidates:
         return CPU_PRESET
     return min(candidates, key=lambda item: _distance(gpu, item[1]))[0]
+
+
+# ---- recommend(): the settings for this machine --------------------------------------------------------------
+
+VRAM_MATCH = 0.10  # within 10%: the preset was written for a GPU with this memory
+VRAM_ROW_SLACK = 1.1  # a "16 GB" card reports 16.1 GB (15360 MiB); 40 GB -> 42.9 GB: round-ish sizes match rows
+WORKER_FRACTION = 0.75  # of the usable cores (A10G note: 16 cores -> 12 workers)
+SHM_SHARE = 0.5  # the loader may fill at most half of /dev/shm (doctor warns above that)
+
+
+@dataclass
+class Recommendation:
+    """The preset to extend and every tuned key (dotted) with the reason for its value."""
+
+    preset: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    changes: dict[str, Any] = field(default_factory=dict)  # only the keys whose value differs from the preset
+    notes: list[str] = field(default_factory=list)
+
+    def set(self, key: str, value: Any, reason: str) -> None:
+        self.settings[key] = value
+        self.reasons[key] = reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    device: str
+    vram_gb: float | None
+    batch_size: int
+    source: str
+
+
+@lru_cache(maxsize=1)
+def batch_table() -> tuple[BatchRow, ...]:
+    with (resources.files("fasttrain") / "data" / "batch_by_vram.csv").open(encoding="utf-8") as fh:
+        return tuple(BatchRow(r["device"], float(r["vram_gb"]) if r["vram_gb"] else None, int(r["batch_size"]),
+                              r["source"]) for r in csv.DictReader(fh))
+
+
+def batch_for_vram(vram_bytes: int | None) -> BatchRow:
+    """The table row for this much GPU memory (None = CPU): the largest row not above it, else the smallest."""
+    rows = batch_table()
+    if vram_bytes is None:
+        return next(r for r in rows if r.device == "cpu")
+    gpu_rows = sorted((r for r in rows if r.device == "gpu"), key=lambda r: r.vram_gb or 0)
+    fitting = [r for r in gpu_rows if (r.vram_gb or 0) <= vram_bytes / 1e9 * VRAM_ROW_SLACK]
+    return fitting[-1] if fitting else gpu_rows[0]
+
+
+def _same_machine(gpu: GpuInfo | None, hw: HardwareSpec) -> bool:
+    """The preset was written for this very GPU (chip and memory), or it is the CPU preset on a CPU machine."""
+    if gpu is None:
+        return hw.gpu is None
+    token = _model_token(hw.gpu or "")
+    vram_gib = gpu.memory_total_bytes / 2**30
+    return (token is not None and token in _tokens(gpu.name) and hw.vram_gb is not None
+            and abs(vram_gib - hw.vram_gb) <= VRAM_MATCH * hw.vram_gb)
+
+
+def _precision(gpu: GpuInfo | None) -> tuple[str, str]:
+    if gpu is None:
+        return "fp32", "CPU: fp16 autocast is GPU-only and fp32 is what the cpu preset measured fastest"
+    cc = float(gpu.compute_capability) if gpu.compute_capability else None
+    if cc is None:
+        return "fp16-mixed", "compute capability unknown: fp16-mixed works on every tensor-core GPU"
+    if cc >= 8.0:
+        return "bf16-mixed", (f"compute capability {cc:g} >= 8.0: bf16 runs at the fp16 tensor-core rate without "
+                              "GradScaler or fp16 overflow (the NaN losses of the laptop note)")
+    if cc >= 7.0:
+        return "fp16-mixed", f"compute capability {cc:g}: tensor cores do fp16, not bf16 (needs 8.0)"
+    return "fp32", f"compute capability {cc:g} < 7.0: no tensor cores, mixed precision gains little"
+
+
+def _hardware(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, hw: HardwareSpec,
+              same_chip: bool) -> None:
+    host_gib = report.memory.ram_total_bytes / 2**30
+    rec.set("hardware.host_ram_gb", math.floor(host_gib), f"this machine: {host_gib:.1f} GiB RAM (rounded down)")
+    rec.set("hardware.cpu_cores", report.cores, f"this machine: {report.cores} usable cores")
+    if gpu is None:
+        return
+    vram = round(gpu.memory_total_bytes / 2**30, 1)
+    rec.set("hardware.gpu", hw.gpu if same_chip else re.sub(r"^(NVIDIA|Tesla)\s+", "", gpu.name),
+            f"this machine: {gpu.name}")
+    rec.set("hardware.vram_gb", vram, f"this machine: {vram:g} GiB")
+    if gpu.compute_capability:
+        rec.set("hardware.compute_capability", gpu.compute_capability, "this machine")
+        rec.set("hardware.bf16", bool(gpu.bf16_supported), "compute capability >= 8.0")
+    if not same_chip:
+        rec.set("hardware.price_on_demand_per_hour", None, f"the preset's prices are for a {hw.gpu}")
+        rec.set("hardware.price_spot_per_hour", None, f"the preset's prices are for a {hw.gpu}")
+
+
+def _batch(rec: Recommendation, gpu: GpuInfo | None, preset: Profile, same: bool) -> int:
+    row = batch_for_vram(gpu.memory_total_bytes if gpu else None)
+    if same:
+        batch, why = preset.loader.batch_size, (f"the preset's own batch: it was written for this GPU (or CPU) "
+                                                f"and its source measured it there; the generic table says {row.batch_size}")
+    else:
+        batch, why = row.batch_size, f"batch by memory table: {row.source}"
+    rec.set("loader.batch_size", batch, why)
+    return batch
+
+
+def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch: int, cuda: bool) -> None:
+    lo = preset.loader
+    prefetch = lo.prefetch_factor or 2
+    cores = report.cores
+    workers = ar.default_workers(cores, WORKER_FRACTION)
+    why = [f"floor({WORKER_FRACTION} x {cores} cores) = {workers}"]
+    one = ar.batch_bytes(batch, lo.image_size, overhead=lo.batch_overhead)
+    budget = ar.ram_budget_bytes(math.floor(report.memory.ram_total_bytes / 2**30), preset.hardware.ram_budget_fraction)
+    by_ram = ar.workers_within_budget(workers, prefetch, one, budget)
+    if by_ram < workers:
+        workers = by_ram
+        why.append(f"capped at {by_ram} by the loader RAM budget {ar.human_bytes(budget)}")
+    shm = report.memory.shm_free_bytes
+    if shm is not None and workers:
+        raw = ar.batch_bytes(batch, lo.image_size)
+        by_shm = next((w for w in range(workers, -1, -1) if ar.loader_shm_bytes(w, prefetch, raw) <= shm * SHM_SHARE), 0)
+        if by_shm < workers:
+            workers = by_shm
+            why.append(f"capped at {by_shm} by /dev/shm ({ar.human_bytes(shm)} free)")
+            rec.notes.append("/dev/shm is small: start the container with --shm-size=8g to use more workers")
+    rec.set("loader.num_workers", workers, "; ".join(why))
+    rec.set("loader.prefetch_factor", prefetch if workers else None,
+            f"the preset's {prefetch}" if workers else "no workers: nothing to prefetch")
+    rec.set("loader.persistent_workers", bool(workers), "keep workers between epochs" if workers else "no workers")
+    rec.set("loader.pin_memory", cuda, "page-locked buffers speed host-to-GPU copies" if cuda else "CPU: no copies")
+
+
+def _speed(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, preset: Profile) -> None:
+    precision, why = _precision(gpu)
+    rec.set("speed.precision", precision, why)
+    cc = float(gpu.compute_capability) if gpu and gpu.compute_capability else 0.0
+    tensor_cores = gpu is not None and cc >= 7.0
+    if gpu is None:
+        rec.set("speed.compile", False, "CPU: compile warm-up takes minutes, more than short CPU runs gain")
+        rec.set("speed.channels_last", preset.speed.channels_last, "CPU: the cpu preset's measured layout")
+    else:
+        ok = report.torch.compile_ok and tensor_cores
+        rec.set("speed.compile", ok, "fuses pointwise ops, 1.1-1.3x in the A10G notes" if ok
+                else f"torch.compile cannot work here: {report.torch.compile_reason or 'compute capability < 7.0'}")
+        rec.set("speed.channels_last", tensor_cores, "NHWC feeds tensor cores: 1.3-1.5x for ResNet-50 AMP"
+                if tensor_cores else "no tensor cores: NHWC does not help")
+    rec.set("speed.tf32", gpu is not None and cc >= 8.0, "Ampere or newer: fp32 matmuls on tensor cores"
+            if cc >= 8.0 else "needs compute capability 8.0")
+    rec.set("speed.cudnn_benchmark", gpu is not None, "fixed input size: cuDNN picks its fastest kernels once"
+            if gpu else "CPU: no cuDNN")
+
+
+def recommend(report: HardwareReport) -> Recommendation:
+    """The best preset for this machine and the settings tuned to it (see the module docstring)."""
+    name = best_preset(report)
+    preset = presets.resolve_file_only(name).profile
+    gpu = usable_gpu(report)
+    rec = Recommendation(preset=name)
+    token = _model_token(preset.hardware.gpu or "")
+    same_chip = gpu is not None and token is not None and token in _tokens(gpu.name)
+    _hardware(rec, report, gpu, preset.hardware, same_chip)
+    batch = _batch(rec, gpu, preset, _same_machine(gpu, preset.hardware))
+    _loader(rec, report, preset, batch, gpu is not None)
+    _speed(rec, report, gpu, preset)
+    same_kind = [g for g in report.gpus if gpu is not None and g.name == gpu.name]
+    if len(same_kind) > 1:
+        rec.notes.append(f"{len(same_kind)} x {gpu.name if gpu else ''}: train on all with "
+                         f"--set world.gpus_per_node={len(same_kind)} (batch per GPU, LR scales with the total)")
+    if gpu is None and report.gpus:
+        rec.notes.append("an NVIDIA GPU is present but torch cannot use it: fix that first (see findings), "
+                         "then run doctor again")
+    current = preset.model_dump()
+    for key, value in rec.settings.items():
+        section, field_name = key.split(".")
+        if current[section][field_name] != value:
+            rec.changes[key] = value
+    return rec
