@@ -1,0 +1,177 @@
+"""Turn a `--data` spec into train and validation datasets: shapes | synthetic | DIR | module:callable.
+
+Every bad input is a UserError with a one-line reason. Corrupt or unreadable image files do not stop a run:
+the dataset hands back a `BadSample`, the collate function drops it and the loader records its path in the
+bundle (`bundle.bad_files()`), in the main process, so it works the same with worker processes. With
+strict=True the loader raises a UserError naming the file instead.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fasttrain.errors import Problem, UserError
+from fasttrain.profile import AugmentSpec
+
+# `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
+SYNTHETIC_EPOCH_SAMPLES = 10_000
+SYNTHETIC_NUM_CLASSES = 10
+# PIL raises these for unreadable, truncated or hostile files.
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, SyntaxError)
+
+
+@dataclass
+class BadSample:
+    """What the image dataset returns for a file it cannot decode (picklable: crosses worker processes)."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class BadFiles:
+    """Files skipped so far: unique paths in first-seen order, and how many times a batch lost one."""
+
+    paths: dict[str, str] = field(default_factory=dict)  # path -> reason
+    skips: int = 0
+
+    def record(self, bad: list[tuple[str, str]]) -> None:
+        for path, reason in bad:
+            self.paths.setdefault(path, reason)
+            self.skips += 1
+
+
+@dataclass
+class DataBundle:
+    train: Any
+    val: Any
+    num_classes: int
+    class_names: list[str]
+    kind: Literal["images", "synthetic", "custom"]
+    source: str
+    train_size: int
+    val_size: int = 0
+    strict: bool = False
+    bad: BadFiles = field(default_factory=BadFiles)
+
+    def bad_files(self) -> list[str]:
+        """Paths of corrupt or unreadable files skipped so far (read by the loop for the dashboard/summary)."""
+        return list(self.bad.paths)
+
+
+class ImageFiles:
+    """(path, class index) pairs read with PIL, converted to RGB and transformed.
+
+    An index may come as a plain int or as (sample_seed, int): with a seed, torch's generator is seeded
+    per sample, so random augmentation is a pure function of (seed, epoch, index) whatever the worker count,
+    and a resumed run sees the same crops. In the main process the generator state is restored afterwards.
+    """
+
+    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Any], Any] | None):
+        self.samples = samples
+        self.transform = transform
+        self.targets = [t for _, t in samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int] | BadSample:
+        sample_seed, index = key if isinstance(key, tuple) else (None, key)
+        path, target = self.samples[index]
+        try:
+            from PIL import Image
+
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+        except _DECODE_ERRORS as exc:
+            return BadSample(path, f"{type(exc).__name__}: {exc}")
+        if self.transform is None:
+            return image, target
+        if sample_seed is None:
+            return self.transform(image), target
+        return _seeded(self.transform, image, sample_seed), target
+
+
+def _seeded(transform: Callable[[Any], Any], image: Any, sample_seed: int) -> Any:
+    import torch
+    from torch.utils.data import get_worker_info
+
+    generator = torch.random.default_generator
+    if get_worker_info() is not None:  # a worker's RNG belongs to the data pipeline alone
+        generator.manual_seed(sample_seed)
+        return transform(image)
+    saved = generator.get_state()
+    try:
+        generator.manual_seed(sample_seed)
+        return transform(image)
+    finally:
+        generator.set_state(saved)
+
+
+def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = 0.1,
+                   strict: bool = False, num_classes: int | None = None) -> DataBundle:
+    """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
+    a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes)."""
+    if not spec:
+        raise UserError([Problem("--data", "empty data spec", "use shapes, synthetic, a directory or module:callable")])
+    if spec == "shapes":
+        from fasttrain.shapes import ensure_shapes
+
+        # The set itself is fixed (data seed 0); `seed` still drives the split, order and augmentation.
+        return _image_bundle(ensure_shapes(seed=0), "shapes", image_size, augment, seed, val_fraction, strict)
+    if spec == "synthetic":
+        return DataBundle(train=None, val=None, num_classes=num_classes or SYNTHETIC_NUM_CLASSES,
+                          class_names=[], kind="synthetic", source="synthetic",
+                          train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict)
+    path = Path(spec).expanduser()
+    if path.exists() or "/" in spec or spec.startswith("."):
+        return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict)
+    if ":" in spec:
+        from fasttrain.custom_data import custom_bundle
+
+        return custom_bundle(spec, num_classes)
+    raise UserError([Problem("--data", f"no directory {spec!r} and not a known data set",
+                             "use shapes, synthetic, a directory with class folders, or module:callable", spec)])
+
+
+def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, seed: int, val_fraction: float,
+                  strict: bool) -> DataBundle:
+    from fasttrain.image_folder import find_splits
+
+    class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
+    from fasttrain.transforms import train_transform, val_transform
+
+    train = ImageFiles(train_samples, train_transform(augment, image_size))
+    val = ImageFiles(val_samples, val_transform(image_size))
+    return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
+                      source=source, train_size=len(train), val_size=len(val), strict=strict)
+
+
+class SyntheticBatches:
+    """`steps` batches of random images and labels made once on the device: measures the model alone.
+
+    A few distinct batches cycle (not one) so that nothing can cache a single input; no host work per step.
+    """
+
+    DISTINCT = 4
+
+    def __init__(self, batch_size: int, image_size: int, num_classes: int, device: Any, steps: int, seed: int = 0,
+                 channels: int = 3):
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        self.steps = steps
+        self.batches = []
+        for _ in range(min(self.DISTINCT, max(1, steps))):
+            images = torch.randn(batch_size, channels, image_size, image_size, generator=generator)
+            targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
+            self.batches.append((images.to(device), targets.to(device)))
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):  # noqa: ANN204 - yields (images, targets) tensors on the device
+        for step in range(self.steps):
+            yield self.batches[step % len(self.batches)]

@@ -1,0 +1,124 @@
+"""DataLoaders built from a DataBundle and a Plan: the settings the profile chose, applied as measured.
+
+The train loader walks an EpochSampler (order = f(seed, epoch), resumable), the val loader walks the data in
+file order. Image batches come out of the collate function as (images, targets, bad files); `Loader` strips
+the third part, records the skipped files in the bundle (main process, so worker processes need no shared
+state) or, in strict mode, stops with a UserError naming the file.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from fasttrain.datasets import BadSample, DataBundle
+from fasttrain.errors import Problem, UserError
+from fasttrain.plan import Plan
+from fasttrain.sampler import EpochSampler
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """Seed of the random augmentation of one sample in one epoch (a 63-bit mix; collisions are harmless)."""
+    return ((seed * 1_000_003 + epoch) * 10_000_019 + index) % (2**63 - 1)
+
+
+class SeededIndices:
+    """Wraps an EpochSampler so each index travels with its augmentation seed: (sample_seed, index)."""
+
+    def __init__(self, sampler: EpochSampler):
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        seed, epoch = self.sampler.seed, self.sampler.epoch
+        return ((sample_seed(seed, epoch, i), i) for i in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def collate_images(samples: list[Any]) -> tuple[Any, Any, list[tuple[str, str]]]:
+    """Stack the good samples; report the bad ones as (path, reason) instead of failing the batch."""
+    import torch
+
+    good = [s for s in samples if not isinstance(s, BadSample)]
+    bad = [(s.path, s.reason) for s in samples if isinstance(s, BadSample)]
+    if not good:
+        return None, torch.empty(0, dtype=torch.long), bad
+    images = torch.stack([image for image, _ in good])
+    targets = torch.tensor([target for _, target in good], dtype=torch.long)
+    return images, targets, bad
+
+
+def seed_worker(worker_id: int) -> None:
+    """numpy and `random` per worker from torch's worker seed (itself from the loader's seeded generator)."""
+    import numpy as np
+    import torch
+
+    worker_seed = torch.initial_seed() % 2**32
+    np.random.seed(worker_seed)
+    random.seed(worker_seed)
+
+
+class Loader:
+    """A DataLoader that yields (images, targets) and accounts for skipped files. len() = batches left."""
+
+    def __init__(self, loader: Any, bundle: DataBundle, sampler: EpochSampler, images: bool):
+        self.loader = loader
+        self.bundle = bundle
+        self.sampler = sampler
+        self.images = images
+        self.dataset = loader.dataset
+        self.batch_size = loader.batch_size
+        self.num_workers = loader.num_workers
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.images:
+            yield from self.loader
+            return
+        for images, targets, bad in self.loader:
+            if bad:
+                self._skip(bad)
+            if images is None:  # every file of the batch was bad
+                continue
+            yield images, targets
+
+    def _skip(self, bad: list[tuple[str, str]]) -> None:
+        if self.bundle.strict:
+            path, reason = bad[0]
+            raise UserError([Problem("--strict-data", f"cannot read image {path}: {reason}",
+                                     "fix or remove the file, or run without --strict-data to skip and count it")])
+        self.bundle.bad.record([tuple(b) for b in bad])  # pin_memory may have turned tuples into lists
+
+
+def build_loaders(bundle: DataBundle, plan: Plan, *, seed: int, epoch_sampler: EpochSampler | None = None,
+                  val_batch_size: int | None = None) -> tuple[Loader, Loader]:
+    """(train loader, val loader). `epoch_sampler` defaults to a shuffled one from `seed` and plan.drop_last."""
+    if bundle.kind == "synthetic":
+        raise ValueError("synthetic data has no loaders: iterate datasets.SyntheticBatches on the device instead")
+    import torch
+    from torch.utils.data import DataLoader
+
+    if epoch_sampler is None:
+        epoch_sampler = EpochSampler(len(bundle.train), seed=seed, shuffle=True, drop_last=plan.drop_last)
+    val_sampler = EpochSampler(len(bundle.val), seed=seed, shuffle=False, rank=epoch_sampler.rank,
+                               world=epoch_sampler.world, drop_last=False)
+    images = bundle.kind == "images"
+    workers = plan.workers
+    common: dict[str, Any] = {
+        "num_workers": workers,
+        "pin_memory": plan.pin_memory,
+        "collate_fn": collate_images if images else None,
+        "worker_init_fn": seed_worker if workers > 0 else None,
+        "persistent_workers": plan.persistent_workers and workers > 0,
+    }
+    if workers > 0 and plan.prefetch_factor:
+        common["prefetch_factor"] = plan.prefetch_factor
+    train = DataLoader(bundle.train, batch_size=plan.batch_size, drop_last=plan.drop_last,
+                       sampler=SeededIndices(epoch_sampler) if images else epoch_sampler,
+                       generator=torch.Generator().manual_seed(seed), **common)
+    val = DataLoader(bundle.val, batch_size=val_batch_size or plan.batch_size, drop_last=False, sampler=val_sampler,
+                     generator=torch.Generator().manual_seed(seed + 1), **common)
+    return Loader(train, bundle, epoch_sampler, images), Loader(val, bundle, val_sampler, images)
