@@ -34,6 +34,7 @@ def _root(
 def _register() -> None:
     from fasttrain.commands import profiles
     profiles.register(app)
+    from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
 
 
 _register()

@@ -1,0 +1,105 @@
+"""`fasttrain doctor`: gather (probe or a recorded report) -> compute (rules, recommendation) -> render.
+
+Exit 0 when nothing fails, 1 when a finding fails (so it can gate a script), 2 for bad input.
+Imports nothing heavy at module level: cli.py imports this file for `fasttrain --help`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from fasttrain.errors import Problem, UserError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor_cmd)
+
+
+def load_report(path: Path) -> Any:
+    """A recorded HardwareReport: a bare report, or the whole `doctor --json` output (its "report" key)."""
+    from pydantic import ValidationError
+
+    from fasttrain.report import HardwareReport
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError([Problem("--report-from", "no such file", "record one with `fasttrain doctor --json > FILE`",
+                                 str(path))])
+    except (OSError, ValueError) as exc:
+        raise UserError([Problem("--report-from", f"not a JSON file: {exc}", "give a file written by "
+                                 "`fasttrain doctor --json`", str(path))])
+    if isinstance(data, dict) and isinstance(data.get("report"), dict):
+        data = data["report"]
+    try:
+        return HardwareReport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "report"
+        raise UserError([Problem(f"--report-from {path}: {where}", first["msg"].lower(),
+                                 "give a file written by `fasttrain doctor --json`")])
+
+
+def _profile(ref: str | None, report: Any) -> tuple[Any, str]:
+    from fasttrain import presets
+    from fasttrain.recommend import best_preset
+    if ref:
+        return presets.resolve(ref).profile, ref
+    name = best_preset(report)
+    return presets.resolve(name).profile, f"{name} (best match; `train` uses it when --profile is omitted)"
+
+
+def doctor_cmd(
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", metavar="NAME|FILE",
+                                          help="Check this profile against the machine (default: the best-matching "
+                                               "preset)."),
+    data: Optional[Path] = typer.Option(None, "--data", "-d", metavar="DIR",
+                                        help="Also measure read speed of this data set (at most 200 files or 2 s)."),
+    target: Optional[float] = typer.Option(None, "--target-images-per-s", min=0.001, metavar="N",
+                                           help="Images/s the data disk must feed (default: the GPU's published "
+                                                "ResNet-50 rate where known)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable: {report, findings, recommendation}."),
+    write_profile: Optional[Path] = typer.Option(None, "--write-profile", metavar="FILE",
+                                                 help="Write a profile tuned to this machine (extends the matched "
+                                                      "preset)."),
+    force: bool = typer.Option(False, "--force", help="Let --write-profile replace an existing file."),
+    report_from: Optional[Path] = typer.Option(None, "--report-from", metavar="FILE.json",
+                                               help="Judge a recorded report instead of this machine."),
+) -> None:
+    """Inspect this machine (GPU, torch, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
+    from fasttrain import doctor, hardware
+    from fasttrain.recommend import recommend
+
+    if report_from is not None and data is not None:
+        raise UserError([Problem("--data", "measures this machine; it cannot be combined with --report-from",
+                                 "drop one of them")])
+    if data is not None and not data.is_dir():
+        raise UserError([Problem("--data", "not a directory", "give the data set's root folder", str(data))])
+    if write_profile is not None and write_profile.exists() and not force:
+        raise UserError([Problem("--write-profile", f"{write_profile} already exists", "add --force to replace it",
+                                 str(write_profile))])
+    report = load_report(report_from) if report_from else hardware.probe(data_dir=data)
+    prof, label = _profile(profile, report)
+    findings = doctor.run_rules(report, prof, target, profile_label=label)
+    rec = recommend(report)
+    written = None
+    if write_profile is not None:
+        from fasttrain.profile_writer import write_profile as write
+        written = write(rec, report, write_profile, force=force)
+    if as_json:
+        from fasttrain.render import print_json
+        print_json({
+            "report": report.model_dump(mode="json"),
+            "findings": [f.to_dict() for f in findings],
+            "recommendation": rec.to_dict(),
+            "profile": label,
+            "status": doctor.worst_status(findings),
+            "written_profile": str(written) if written else None,
+        })
+    else:
+        from fasttrain import doctor_view
+        doctor_view.render(report, findings, rec, label, written)
+    if doctor.worst_status(findings) == "fail":
+        raise typer.Exit(1)

@@ -1,0 +1,136 @@
+"""Rich panels for `fasttrain doctor`: hardware, software, findings, recommendation. Layout only.
+
+Off a terminal (CI, `| tee`) render.console() prints plain text, so the same panels read as lines.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.panel import Panel
+from rich.table import Table
+
+from fasttrain import arithmetic as ar
+from fasttrain.doctor_gpu import cudnn_text
+from fasttrain.findings import Finding
+from fasttrain.recommend import Recommendation
+from fasttrain.render import console
+from fasttrain.report import HardwareReport
+
+STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
+
+
+def _gib(n: float | None) -> str:
+    return "-" if n is None else ar.human_bytes(n)
+
+
+def _kv_table() -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column("what", style="cyan", no_wrap=True)
+    table.add_column("value")
+    return table
+
+
+def _gpu_line(g: Any) -> str:
+    parts = [f"{_gib(g.memory_used_bytes)} / {_gib(g.memory_total_bytes)} used"]
+    if g.utilization_pct is not None:
+        parts.append(f"util {g.utilization_pct:g}%")
+    if g.temperature_c is not None:
+        parts.append(f"{g.temperature_c:g}C")
+    if g.power_draw_w is not None:
+        parts.append(f"{g.power_draw_w:.0f}/{g.power_limit_w or 0:.0f} W")
+    if g.sm_clock_mhz is not None:
+        parts.append(f"SM {g.sm_clock_mhz}/{g.sm_clock_max_mhz} MHz")
+    if g.pcie_gen is not None:
+        parts.append(f"PCIe gen{g.pcie_gen}/{g.pcie_gen_max} x{g.pcie_width}/{g.pcie_width_max}")
+    if g.compute_capability:
+        parts.append(f"cc {g.compute_capability}" + (" bf16" if g.bf16_supported else ""))
+    if g.throttle_reasons:
+        parts.append("throttle: " + ",".join(g.throttle_reasons))
+    if g.processes:
+        parts.append(f"{len(g.processes)} process(es)")
+    return ", ".join(parts)
+
+
+def hardware_panel(r: HardwareReport) -> Panel:
+    t = _kv_table()
+    if r.gpus:
+        for g in r.gpus:
+            t.add_row(f"GPU {g.index}", f"{g.name}: {_gpu_line(g)}")
+    else:
+        t.add_row("GPU", f"none ({r.nvml_error or 'NVML sees no GPU'})")
+    c = r.cpu
+    t.add_row("CPU", f"{c.model}: {c.physical_cores or '?'} physical / {c.logical_cores} logical, {r.cores} usable, "
+                     f"load {c.load_1m if c.load_1m is not None else '?'}")
+    m = r.memory
+    limit = f" (container limit {_gib(m.cgroup_limit_bytes)})" if m.cgroup_limit_bytes else ""
+    t.add_row("RAM", f"{_gib(m.ram_available_bytes)} available of {_gib(m.ram_total_bytes)}{limit}; "
+                     f"swap {_gib(m.swap_used_bytes)} / {_gib(m.swap_total_bytes)}")
+    t.add_row("/dev/shm", f"{_gib(m.shm_free_bytes)} free of {_gib(m.shm_total_bytes)}")
+    for d in r.disks:
+        speed = (f"; read {d.read_mb_per_s:,.1f} MB/s, {d.files_per_s:,.0f} files/s ({d.sample_files} files)"
+                 if d.files_per_s else "")
+        t.add_row(f"disk ({d.role})", f"{d.path}: {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}{speed}")
+    return Panel(t, title="hardware", title_align="left")
+
+
+def software_panel(r: HardwareReport) -> Panel:
+    t = _kv_table()
+    tor = r.torch
+    if tor.installed:
+        build = "CPU-only build" if tor.cpu_only_build else f"CUDA {tor.cuda_version}, cuDNN {cudnn_text(tor.cudnn_version)}"
+        t.add_row("torch", f"{tor.version} ({build}); CUDA usable: {'yes' if r.has_cuda else 'no'}"
+                           f"{f', {tor.device_count} device(s)' if tor.device_count else ''}")
+    else:
+        t.add_row("torch", "not installed")
+    t.add_row("driver", f"{r.driver_version} (CUDA up to {r.cuda_driver_version})" if r.driver_version else "none")
+    t.add_row("NCCL", tor.nccl_version or "-")
+    t.add_row("torch.compile", ("can work: " if tor.compile_ok else "cannot work: ") + (tor.compile_reason or "?"))
+    t.add_row("python", f"{r.python_version or '?'} on {r.platform or '?'}")
+    t.add_row("env", ", ".join(f"{k}={v}" for k, v in r.env.items()) or "nothing relevant set")
+    return Panel(t, title="software", title_align="left")
+
+
+def findings_panel(findings: list[Finding], label: str) -> Panel:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column("status", no_wrap=True)
+    t.add_column("finding")
+    for f in findings:
+        word, style = STATUS_STYLE[f.status]
+        body = f"[bold]{f.title}[/]" if f.status != "ok" else f.title
+        if f.detail and f.status != "ok":
+            body += f"\n  {f.detail}"
+        if f.fix and f.status != "ok":
+            body += f"\n  fix: {f.fix}"
+        t.add_row(f"[{style}]{word}[/]", body)
+    return Panel(t, title=f"findings (profile: {label})", title_align="left")
+
+
+def recommendation_panel(rec: Recommendation, written: Path | None) -> Panel:
+    t = Table(show_header=True, box=None, pad_edge=False)
+    t.add_column("key", style="cyan", no_wrap=True)
+    t.add_column("value", style="bold")
+    t.add_column("why", style="dim")
+    for key, value in rec.settings.items():
+        if key.startswith("hardware."):
+            continue
+        changed = "*" if key in rec.changes else " "
+        t.add_row(f"{changed}{key}", "null" if value is None else str(value), rec.reasons.get(key, ""))
+    lines = [f"preset {rec.preset}; * = differs from the preset"] + [f"note: {n}" for n in rec.notes]
+    lines.append(f"written to {written}: fasttrain train --profile {written}" if written
+                 else "save it: fasttrain doctor --write-profile my-machine.yaml")
+    from rich.console import Group
+    from rich.text import Text
+    return Panel(Group(Text(lines[0]), t, *[Text(line) for line in lines[1:]]), title="recommendation",
+                 title_align="left")
+
+
+def render(report: HardwareReport, findings: list[Finding], rec: Recommendation, label: str,
+           written: Path | None) -> None:
+    out = console()
+    out.print(hardware_panel(report))
+    out.print(software_panel(report))
+    out.print(findings_panel(findings, label))
+    out.print(recommendation_panel(rec, written))
+    counts = {s: sum(1 for f in findings if f.status == s) for s in ("fail", "warn", "ok")}
+    out.print(f"{counts['fail']} failed, {counts['warn']} warnings, {counts['ok']} ok")
