@@ -68,7 +68,7 @@ def doctor_cmd(
     report_from: Optional[Path] = typer.Option(None, "--report-from", metavar="FILE.json",
                                                help="Judge a recorded report instead of this machine."),
 ) -> None:
-    """Inspect this machine (GPU, torch, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
+    """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
     from fasttrain import doctor, hardware
     from fasttrain.recommend import recommend
 
