@@ -68,7 +68,8 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
         for i in range(300):  # 300 batches x 0.1 s = 30 s of training -> 3 periodic lines, not 300
             telemetry_after(1, clock, tel=tel)
             dash.update(tel.snapshot(), None)
-        dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_loss": 0.5, "val_acc1": 0.91, "time_s": 30.0})
+        dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_loss": 0.5, "val_acc1": 0.91, "time_s": 30.0,
+                        "telemetry_h2d_s": 0.0})
         dash.message("checkpoint saved")
         dash.close({"best_val_acc1": 0.91, "images_per_s": 640.0, "run_dir": "runs/x"})
     text = out.getvalue()
@@ -80,7 +81,8 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
     assert "RAM 3.0 GiB used" in periodic[0]
     assert lines[0].startswith("fasttrain: profile cpu | device cpu")
     assert any(ln.startswith("verdict: compute-bound: 90% of each step is compute") for ln in lines)
-    assert "epoch epoch=1 train_loss=0.42 val_loss=0.5 val_acc1=91.0% time_s=0:00:30" in lines
+    # the epoch line shows the known columns; every telemetry_* total stays in metrics.jsonl
+    assert "epoch done: epoch 1 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
     assert "checkpoint saved" in lines
     assert lines[-3:] == ["  best_val_acc1: 91.0%", "  images_per_s: 640", "  run_dir: runs/x"]
 
@@ -150,6 +152,12 @@ def test_measured_vs_forecast_ratio() -> None:
     assert rows[0] == ("images_per_s", 600.0, 800.0, pytest.approx(0.75))
     assert rows[1] == ("step_time_s", 0.1, 0.08, pytest.approx(1.25))
     assert rows[2] == ("peak_memory_bytes", None, 6 * 2**30, None)  # no GPU: nothing measured
+
+
+def test_epoch_columns_pick_known_keys_in_order() -> None:
+    row = {"telemetry_h2d_s": 0.0, "val_acc1": 0.9, "epoch": 2, "telemetry_images_per_s": 640.0, "train_loss": 0.3}
+    assert db.epoch_columns([row]) == ["epoch", "train_loss", "val_acc1", "telemetry_images_per_s"]
+    assert db.epoch_columns([{"b": 1, "a": 2}]) == ["b", "a"]  # nothing known: show everything
 
 
 def test_progress_and_eta_over_epochs() -> None:

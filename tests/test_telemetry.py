@@ -50,6 +50,21 @@ def test_rates_and_fractions_from_timestamps() -> None:
     assert (s["steps_seen"], s["window_steps"], s["epoch"], s["batch_index"]) == (10, 10, 0, 9)
 
 
+def test_batches_recorded_in_a_burst_use_their_own_end_times() -> None:
+    """The loop syncs every few steps and records the pending batches together: rates come from end_time."""
+    clock = FakeClock()
+    tel = Telemetry("cpu", clock=clock, window=20)
+    pending = []
+    for i in range(10):
+        pending.append(rec(i, wait=0.01, compute=0.04, end_time=500.0 + 0.05 * (i + 1)))
+    clock.now = 9999.0  # the flush happens much later; its own time must not matter
+    for r in pending:
+        tel.record(r)
+    s = tel.snapshot()
+    assert s["it_per_s"] == pytest.approx(20.0) and s["step_time_s"] == pytest.approx(0.05)
+    assert tel.epoch_stats()["time_s"] == pytest.approx(0.5)
+
+
 def test_window_forgets_old_steps() -> None:
     clock = FakeClock()
     tel = Telemetry("cpu", clock=clock, window=5)

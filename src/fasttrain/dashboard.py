@@ -23,6 +23,14 @@ REFRESH_PER_SECOND = 4
 # Epoch rows kept on the live screen; the rest are in metrics.jsonl and the final summary.
 LIVE_EPOCH_ROWS = 8
 LIVE_MESSAGES = 4
+# Epoch-table columns, in order, with their labels. Rows may carry more keys (the loop adds every
+# telemetry_* total); those stay in metrics.jsonl so the table fits a terminal.
+EPOCH_COLUMNS = {
+    "epoch": "epoch", "train_loss": "train loss", "val_loss": "val loss", "val_acc1": "acc@1", "val_acc5": "acc@5",
+    "lr": "LR", "images_per_s": "img/s", "telemetry_images_per_s": "img/s", "data_wait_fraction": "data wait",
+    "telemetry_data_wait_fraction": "data wait", "telemetry_gpu_util_mean_pct": "GPU util", "time_s": "time",
+    "train_s": "train time", "val_s": "val time",
+}
 
 
 def choose_mode(quiet: bool, stream: Any = None) -> str:
@@ -82,6 +90,18 @@ def fmt_value(key: str, value: Any) -> str:
     if key.endswith("_s") and not key.endswith("per_s"):
         return f"{value:.3g} s"
     return fmt_num(value)
+
+
+def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The known columns present in the rows, in EPOCH_COLUMNS order; every key when none is known."""
+    present = {k for row in rows for k in row}
+    known = [k for k in EPOCH_COLUMNS if k in present]
+    if known:
+        return known
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    return keys
 
 
 def progress_of(snap: dict[str, Any] | None, total_batches: int) -> tuple[int, int]:
@@ -183,6 +203,7 @@ class Dashboard:
         self._rows: list[dict[str, Any]] = []
         self._messages: list[str] = []
         self._live: Any = None
+        self._epoch_cache: Any = None  # (key, rendered epoch table), see dashboard_view
         self._last_plain: float | None = None
         self._last_kind: str | None = None
         self._closed = False
@@ -232,7 +253,8 @@ class Dashboard:
         """One row of the epoch table (keys chosen by the loop: epoch, train_loss, val_acc1, time_s, ...)."""
         self._rows.append(dict(row))
         if self.mode == "plain":
-            self._write("epoch " + " ".join(f"{k}={fmt_value(k, v)}" for k, v in row.items()))
+            shown = epoch_columns([row])
+            self._write("epoch done: " + " | ".join(f"{EPOCH_COLUMNS.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
             snap = self._current()
             if snap:
                 self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report)}")

@@ -48,6 +48,9 @@ class StepRecord:
     skipped: bool = False
     batch_size: int = 0
     accumulation_steps: int = 1
+    # time.perf_counter() when the batch finished. A loop that records batches in bursts (after a
+    # sync every few steps) must set it, or rates would come from the burst's own timing.
+    end_time: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +193,8 @@ class GpuReader:
 class Telemetry:
     """Rolling per-step timings plus background hardware samples.
 
-    `clock` is injectable so tests control time; it must be monotonic seconds.
+    `clock` is injectable so tests control time; it must be monotonic seconds on the same scale as
+    StepRecord.end_time when the loop sets that (time.perf_counter by default).
     `gpu_reader`/`host_reader` replace the real readers (tests, recorded readings).
     """
 
@@ -300,7 +304,7 @@ class Telemetry:
     # -- the training thread's call ------------------------------------------------------------
     def record(self, rec: StepRecord) -> None:
         """O(1): store one batch's timings in the ring buffer and update the running sums."""
-        now = self._clock()
+        now = rec.end_time if rec.end_time is not None else self._clock()
         with self._lock:
             i = self._i
             if self._count == self._n:  # evict the oldest slot's contribution
