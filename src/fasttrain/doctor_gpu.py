@@ -110,7 +110,8 @@ def rule_gpu_busy(c: Context) -> Finding | None:
                   f"utilisation {g.utilization_pct if g.utilization_pct is not None else '?'}%; held by: {who}")
         status: Status = "fail" if free < FREE_MEMORY_FAIL_FRACTION * g.memory_total_bytes else "warn"
         fix = ("stop those processes (nvidia-smi shows them) or pick another GPU with CUDA_VISIBLE_DEVICES; "
-               "else lower loader.batch_size to fit the free memory")
+               "else lower loader.batch_size to fit the free memory. If it is your own training run, "
+               "doctor is seeing it: run doctor before training to judge the idle GPU")
         worst = worse(worst, Finding("gpu-busy", status, "GPU memory already in use by other processes", detail, fix))
     return worst or Finding("gpu-busy", "ok", "GPU memory free: no other processes on the GPU(s)")
 

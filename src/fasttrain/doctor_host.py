@@ -11,7 +11,7 @@ import math
 from fasttrain import arithmetic as ar
 from fasttrain.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding, gib
 
-VRAM_SLACK = 1.05  # GB vs GiB and driver-reserved memory: a "16 GB" T4 reports 15 GiB
+VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)
 
 
 def _loader_words(c: Context) -> str:
