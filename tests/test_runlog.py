@@ -87,6 +87,7 @@ def test_resolved_profile_yaml_round_trips(tmp_path: Path) -> None:
     assert text.startswith("# resolved from aws-a10g\n# --set loader.num_workers=8\n")
     again = Profile.model_validate(yaml.safe_load(text))
     assert again == resolved.profile and again.loader.num_workers == 8
+    assert presets.resolve(str(path)).profile == resolved.profile  # the file reruns the same run
 
 
 def test_summary_json(tmp_path: Path) -> None:

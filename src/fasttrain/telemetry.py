@@ -168,6 +168,9 @@ class GpuReader:
                 pass
             try:
                 out["gpu_power_w"] = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # mW -> W
+            except Exception:  # noqa: BLE001 - not supported on some boards
+                pass
+            try:
                 out["gpu_power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
             except Exception:  # noqa: BLE001
                 pass
@@ -185,6 +188,7 @@ class GpuReader:
                 pass
             self._nvml = None
             self._handle = None
+        self._opened = False  # a later start() opens NVML again
 
 
 # ---------------------------------------------------------------------------------------------
