@@ -34,7 +34,10 @@ def _root(
 def _register() -> None:
     from fasttrain.commands import profiles
     profiles.register(app)
+    from fasttrain.commands import train; train.register(app)  # noqa: E702
+    from fasttrain.commands import estimate; estimate.register(app)  # noqa: E702
     from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
+    from fasttrain.commands import bench; bench.register(app)  # noqa: E702
 
 
 _register()

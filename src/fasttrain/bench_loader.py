@@ -1,0 +1,294 @@
+"""`bench loader`: images/s the input pipeline delivers and host RAM it holds, per num_workers x prefetch_factor.
+
+The field notes found their starved GPU by watching htop and guessed "more workers 1.5x". This sweeps the
+worker count (0 up to the cores, and one step beyond to show where more stop helping) and prefetch_factor
+with the profile's batch, image size and augmentation, through the same loaders `train` builds
+(datasets.build_datasets + loaders.build_loaders). Settings run in interleaved rounds (medians of images/s;
+the machine is noisy). RAM is sampled on a thread while batches flow: RSS and PSS summed over the main
+process and its workers. Workers are forked copies sharing the parent's pages, so the RSS sum counts the
+shared libraries once per worker; PSS splits shared pages between the processes that map them, so the PSS
+sum is what the machine really gives up, and it is what the RAM budget is checked against.
+
+Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The knee: the smallest worker count whose rate reaches this share of the best. Beyond it, each extra worker
+# adds < 5% for another process's worth of RAM and CPU taken from the training process.
+KNEE_FRACTION = 0.95
+PREFETCH_FACTORS = (2, 4)
+# A loader must deliver this much more than the model consumes to keep up: rates vary batch to batch, and a
+# loader running at exactly the training rate stalls the step whenever a batch is slow.
+KEEP_UP_HEADROOM = 1.1
+RAM_SAMPLE_S = 0.05
+
+
+@dataclass
+class Setting:
+    workers: int
+    prefetch: int | None      # None with 0 workers: the main process loads one batch at a time
+
+    @property
+    def label(self) -> str:
+        return f"{self.workers} workers" + (f", prefetch {self.prefetch}" if self.prefetch else "")
+
+
+@dataclass
+class Point:
+    """One setting's measurements (medians over rounds for the rate, the maximum for RAM)."""
+
+    workers: int
+    prefetch: int | None
+    images_per_s: float
+    ram_bytes: int            # PSS sum, main + workers, above the main process before the loader started
+    rss_bytes: int            # RSS sum, main + workers (over-counts shared pages; shown for comparison)
+    startup_s: float          # until the first batch arrived (worker start-up)
+    rounds: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- pure ----------------------------------------------------------------------------------------------------
+def worker_counts(cores: int, max_workers: int | None = None) -> list[int]:
+    """0, 1, 2, 3, 4, then steps of ~1.5x up to the cores, the cores, and one step past them (where more workers
+    should stop helping). 2 cores -> [0, 1, 2, 3]; 16 -> [0, 1, 2, 3, 4, 6, 9, 13, 16, 24]."""
+    top = max_workers if max_workers is not None else cores + max(1, cores // 2)
+    counts = {w for w in range(0, min(top, 4) + 1)}
+    w = 4
+    while w < min(top, cores):
+        w = max(w + 1, round(w * 1.5))
+        counts.add(min(w, cores))
+    if cores <= top:
+        counts.add(cores)
+    counts.add(top)
+    return sorted(c for c in counts if c <= top)
+
+
+def sweep_settings(counts: list[int], prefetch_factors: tuple[int, ...] = PREFETCH_FACTORS) -> list[Setting]:
+    out: list[Setting] = []
+    for w in counts:
+        if w == 0:
+            out.append(Setting(0, None))
+        else:
+            out.extend(Setting(w, p) for p in prefetch_factors)
+    return out
+
+
+def combine_rounds(samples: list[dict[str, Any]]) -> list[Point]:
+    """samples: one dict per (round, setting) with workers, prefetch, images_per_s, ram_bytes, rss_bytes,
+    startup_s -> one Point per setting: median rate and start-up, maximum RAM."""
+    groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault((s["workers"], s["prefetch"]), []).append(s)
+    points = []
+    for (w, p), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        points.append(Point(w, p, statistics.median(r["images_per_s"] for r in rows),
+                            max(r["ram_bytes"] for r in rows), max(r["rss_bytes"] for r in rows),
+                            statistics.median(r["startup_s"] for r in rows), len(rows)))
+    return points
+
+
+def best_per_workers(points: list[Point]) -> dict[int, Point]:
+    best: dict[int, Point] = {}
+    for p in points:
+        if p.workers not in best or p.images_per_s > best[p.workers].images_per_s:
+            best[p.workers] = p
+    return best
+
+
+def find_knee(points: list[Point], fraction: float = KNEE_FRACTION) -> Point:
+    """The smallest worker count reaching `fraction` of the best rate (its best prefetch)."""
+    if not points:
+        raise ValueError("no measurements")
+    top = max(p.images_per_s for p in points)
+    per = best_per_workers(points)
+    return next(per[w] for w in sorted(per) if per[w].images_per_s >= fraction * top)
+
+
+def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE_FRACTION) -> tuple[Point, str]:
+    """The knee among settings whose measured RAM fits the budget; within the chosen worker count the smallest
+    prefetch reaching `fraction` of that count's best (more prefetch only holds more batches in RAM).
+    -> (setting, reason in words)."""
+    fitting = [p for p in points if p.ram_bytes <= ram_budget_bytes]
+    if not fitting:
+        least = min(points, key=lambda p: p.ram_bytes)
+        return least, (f"no setting fits the {_gib(ram_budget_bytes)} RAM budget; the leanest "
+                       f"({Setting(least.workers, least.prefetch).label}) used {_gib(least.ram_bytes)}")
+    knee = find_knee(fitting, fraction)
+    same = [p for p in fitting if p.workers == knee.workers and p.images_per_s >= fraction * knee.images_per_s]
+    choice = min(same, key=lambda p: p.prefetch or 0)
+    top = max(p.images_per_s for p in fitting)
+    dropped = len(points) - len(fitting)
+    reason = (f"fewest workers reaching {fraction:.0%} of the best rate ({top:.0f} img/s)"
+              + (f"; {dropped} settings over the {_gib(ram_budget_bytes)} RAM budget left out" if dropped else
+                 f"; RAM {_gib(choice.ram_bytes)} within the {_gib(ram_budget_bytes)} budget"))
+    return choice, reason
+
+
+def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool) -> dict[str, Any]:
+    """Does the loader feed the model? -> {keeps_up: bool | None, ratio, message}."""
+    if not train_rate:
+        return {"keeps_up": None, "ratio": None, "train_images_per_s": None,
+                "message": "training rate not measured (--model none)"}
+    ratio = loader_rate / train_rate
+    ok = ratio >= KEEP_UP_HEADROOM
+    if ok:
+        msg = f"keeps up: the loader delivers {ratio:.1f}x what the model trains on ({train_rate:.0f} img/s)"
+    else:
+        msg = (f"input-bound: the loader delivers {loader_rate:.0f} img/s, the model could train on "
+               f"{train_rate:.0f} img/s ({ratio:.2f}x); use more cores, smaller or pre-decoded images, or lighter "
+               "augmentation")
+    if cpu_only:
+        msg += ("; on a CPU-only machine the workers and the training share the same cores, so measured apart "
+                "both rates are optimistic")
+    return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "message": msg}
+
+
+def profile_yaml(extends: str, choice: Point, note: str) -> str:
+    """A profile file that extends the one benchmarked and sets the chosen loader keys (valid under
+    profile_rules: 0 workers means no prefetch and no persistent workers)."""
+    lines = [f"# {line}" for line in note.splitlines()]
+    lines += [f"extends: {extends}", "loader:", f"  num_workers: {choice.workers}"]
+    if choice.workers > 0:
+        lines.append(f"  prefetch_factor: {choice.prefetch or 2}")
+    else:
+        lines += ["  prefetch_factor: null", "  persistent_workers: false"]
+    return "\n".join(lines) + "\n"
+
+
+def _gib(n: float) -> str:
+    from fasttrain.arithmetic import human_bytes
+
+    return human_bytes(n)
+
+
+# -- measurement ---------------------------------------------------------------------------------------------
+class RamSampler:
+    """Peak RSS and PSS summed over this process and its children, sampled on a thread every RAM_SAMPLE_S."""
+
+    def __init__(self, interval_s: float = RAM_SAMPLE_S):
+        import psutil
+
+        self.proc = psutil.Process()
+        self.interval_s = interval_s
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _one(proc: Any) -> tuple[int, int]:
+        try:
+            full = proc.memory_full_info()
+            return full.rss, getattr(full, "pss", full.rss)
+        except Exception:  # noqa: BLE001 - a worker may exit between listing and reading
+            return 0, 0
+
+    def sample(self) -> tuple[int, int]:
+        rss = pss = 0
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            r, s = self._one(p)
+            rss, pss = rss + r, pss + s
+        self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+        return rss, pss
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> RamSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, max_seconds: float,
+                    seed: int = 0) -> dict[str, Any]:
+    """Start a fresh train loader with this setting, wait for the first batch (start-up), then time up to
+    `batches` more (or `max_seconds`). Non-persistent workers: each setting starts and stops its own."""
+    from fasttrain.loaders import build_loaders
+
+    p = dataclasses.replace(plan, workers=setting.workers, prefetch_factor=setting.prefetch,
+                            persistent_workers=False)
+    import psutil
+
+    idle_pss = RamSampler._one(psutil.Process())[1]
+    train, _ = build_loaders(bundle, p, seed=seed)
+    started = time.perf_counter()
+    images = 0
+    with warnings.catch_warnings(), RamSampler() as ram:
+        # torch warns when workers outnumber the cores; the sweep goes one step past them on purpose
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        it = iter(train)
+        next(it)
+        first = time.perf_counter()
+        timed = 0
+        for batch in it:
+            images += int(batch[1].shape[0])
+            timed += 1
+            if timed >= batches or time.perf_counter() - first > max_seconds:
+                break
+        elapsed = time.perf_counter() - first
+        del it  # shuts the workers down before the sampler's last reading
+    return {"workers": setting.workers, "prefetch": setting.prefetch, "images_per_s": images / max(elapsed, 1e-9),
+            "ram_bytes": max(0, ram.peak_pss - idle_pss), "rss_bytes": ram.peak_rss, "startup_s": first - started,
+            "batches": timed}
+
+
+def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batches: int, max_seconds: float,
+          progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Every setting once per round; the order rotates each round."""
+    samples = []
+    for r in range(rounds):
+        shift = (r * max(1, len(settings) // max(1, rounds))) % max(1, len(settings))
+        for s in settings[shift:] + settings[:shift]:
+            row = measure_setting(bundle, plan, s, batches=batches, max_seconds=max_seconds)
+            row["round"] = r
+            samples.append(row)
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds} {s.label}: {row['images_per_s']:.0f} img/s, "
+                         f"RAM {_gib(row['ram_bytes'])}")
+    return samples
+
+
+def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
+                  warmup_steps: int = 1) -> float:
+    """Images/s the model trains at on inputs already on the device (the same step code as `train`)."""
+    from fasttrain.models import create_model
+    from fasttrain.trainer import run_synthetic_steps
+
+    model = create_model(model_name, num_classes)
+    return run_synthetic_steps(plan, model, image_size=image_size, num_classes=num_classes, steps=steps,
+                               warmup_steps=warmup_steps)["images_per_s"]
+
+
+def write_profile(path: Path, extends: str, choice: Point, note: str) -> None:
+    """Write the profile and check it resolves (presets.resolve) before leaving it on disk."""
+    from fasttrain import presets
+
+    path = Path(path)
+    if Path(extends).suffix in (".yaml", ".yml") and not Path(extends).is_absolute():
+        extends = str(Path(extends).resolve())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_yaml(extends, choice, note))
+    try:
+        presets.resolve(str(path), env={})
+    except Exception:
+        path.unlink(missing_ok=True)
+        raise

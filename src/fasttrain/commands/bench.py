@@ -1,0 +1,371 @@
+"""`fasttrain bench loader|speedups|batch`: measure on this machine instead of trusting the notes' guesses.
+
+gather (probe, profile, data, model) -> compute (bench_loader / bench_speedups / batch_search, pure summaries)
+-> render (Rich tables and bars, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
+(or --out DIR). torch is imported inside the commands only: cli.py imports this module for --help.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from fasttrain.errors import Problem, UserError
+from fasttrain.render import console, print_json
+
+bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
+                             "buys, the largest batch that fits.", no_args_is_help=True)
+
+ProfileOpt = typer.Option(None, "--profile", help="Preset name or profile YAML (default: the one fitting this machine).")
+SetOpt = typer.Option(None, "--set", help="Override a profile value, e.g. --set loader.batch_size=32 (repeatable).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output with stable keys.")
+OutOpt = typer.Option(None, "--out", help="Directory for result.json (default runs/bench-<kind>-<time>/).")
+BatchOpt = typer.Option(None, "--batch-size", help="Per-device batch: a number, or auto (largest that fits, "
+                                                   "see `bench batch`). Default: the profile's.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+
+
+# -- gather helpers ------------------------------------------------------------------------------------------
+def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
+    """(HardwareReport, resolved Profile, profile ref) for this machine."""
+    from fasttrain import presets
+    from fasttrain.train_run import probe
+
+    if image_size is not None and image_size < 8:
+        raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])
+    report = probe()
+    if profile is None:
+        from fasttrain.recommend import best_preset
+
+        profile = best_preset(report)
+    flags = {"loader.image_size": ("--image-size", image_size)} if image_size is not None else None
+    resolved = presets.resolve(profile, sets=sets or [], flags=flags)
+    return report, resolved.profile, profile
+
+
+def _say(as_json: bool) -> Any:
+    """Progress lines on stderr (stdout stays clean for --json)."""
+    def say(text: str) -> None:
+        print(f"  {text}", file=sys.stderr, flush=True)
+    return say
+
+
+def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classes: int, optim: Any,
+           say: Any) -> tuple[int | None, str | None]:
+    """--batch-size: None (profile's), a number, or auto -> (batch, message)."""
+    if value is None:
+        return None, None
+    from fasttrain.batch_search import check_batch_option
+
+    n = check_batch_option(value)
+    if n is not None:
+        return n, None
+    from fasttrain.batch_search import auto_batch
+
+    say("--batch-size auto: searching the largest batch that fits (cached after the first run)")
+    auto = auto_batch(plan, model, image_size, num_classes=num_classes, optim=optim)
+    return auto.search.batch, auto.message
+
+
+def _save(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> Path:
+    from fasttrain.bench_results import envelope, new_bench_dir, write_result
+
+    run_dir = out if out is not None else new_bench_dir(kind)
+    data = envelope(kind, result, report)
+    path = write_result(run_dir, data)
+    result.update({k: data[k] for k in ("schema", "kind", "created_at", "machine")})
+    result["result_path"] = str(path)
+    return path
+
+
+def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None:
+    if not value:
+        return None
+    from fasttrain.suggest import did_you_mean
+
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise UserError([Problem(flag, f"unknown setting {b!r}", did_you_mean(b, allowed) or
+                                 "choose from " + ", ".join(allowed)) for b in bad])
+    return names
+
+
+def _bar(value: float, top: float, width: int = 30) -> str:
+    filled = 0 if top <= 0 else round(width * value / top)
+    return "█" * filled + "·" * (width - filled)
+
+
+# -- bench speedups ------------------------------------------------------------------------------------------
+@bench_app.command("speedups")
+def speedups_cmd(
+    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
+    profile: Optional[str] = ProfileOpt,
+    sets: Optional[list[str]] = SetOpt,
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
+    batch_size: Optional[str] = BatchOpt,
+    num_classes: int = typer.Option(10, "--num-classes", min=2),
+    steps: int = typer.Option(3, "--steps", min=1, help="Timed training steps per configuration per round."),
+    rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; the speed-up is the median."),
+    warmup: int = typer.Option(2, "--warmup", min=1, help="Untimed steps first (compilation, autotuning)."),
+    only: Optional[str] = typer.Option(None, "--only", help="Comma list of settings to measure (default: all)."),
+    skip: Optional[str] = typer.Option(None, "--skip", help="Comma list of settings to leave out, e.g. compile."),
+    as_json: bool = JsonOpt,
+    out: Optional[Path] = OutOpt,
+) -> None:
+    """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
+    beside the speed-ups the field notes claim. Synthetic inputs on the device: the model alone."""
+    from fasttrain.bench_speedups import SETTINGS, bench_speedups
+
+    names = [n for n, _ in SETTINGS]
+    chosen = _names(only, "--only", names)
+    left_out = _names(skip, "--skip", names) or []
+    if chosen is None and left_out:
+        chosen = [n for n in names if n not in left_out]
+    elif chosen is not None:
+        chosen = [n for n in chosen if n not in left_out]
+    report, prof, ref = _setup(profile, sets, image_size)
+    from fasttrain.models import create_model
+    from fasttrain.plan import make_plan
+
+    create_model(model, num_classes)  # an unknown name fails now, with close matches
+    size = prof.loader.image_size
+    say = _say(as_json)
+    batch, batch_msg = _batch(batch_size, make_plan(prof, report), model, size, num_classes, prof.optim, say)
+    result = bench_speedups(prof, report, lambda: create_model(model, num_classes), image_size=size,
+                            num_classes=num_classes, batch=batch, steps=steps, rounds=rounds, warmup_steps=warmup,
+                            only=chosen, progress=say)
+    result.update(model=model, profile=ref, batch_message=batch_msg)
+    path = _save("speedups", out, result, report)
+    if as_json:
+        print_json(result)
+        return
+    _render_speedups(result, path)
+
+
+def _render_speedups(result: dict[str, Any], path: Path) -> None:
+    from rich.table import Table
+
+    con = console()
+    table = Table(title=f"bench speedups: {result['model']} at {result['image_size']} px, batch "
+                        f"{result['batch_size']}, {result['device']}; median of {result['rounds']} interleaved "
+                        f"rounds x {result['steps']} steps", title_justify="left")
+    for col, justify in (("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
+                         ("the notes claim", "left"), ("verdict / reason", "left")):
+        table.add_column(col, justify=justify)
+    for r in result["rows"]:
+        label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
+        if r["status"] == "measured":
+            table.add_row(label, f"{r['images_per_s']:.1f}", f"{r['speedup']:.2f}x",
+                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed"], r["verdict"])
+        else:
+            table.add_row(label, "-", "skipped", "", r["claimed"], r["reason"])
+    con.print(table)
+    total = next((r for r in result["rows"] if r["setting"] == "all" and r["status"] == "measured"), None)
+    if total is not None:
+        product = result.get("product_of_singles")
+        con.print(f"all together: {total['speedup']:.2f}x measured; the notes claim ~3.8x (optimal A10G) / ~3.5x "
+                  f"(aggressive A10G)" + (f"; multiplying the single speed-ups measured here predicts "
+                                          f"{product:.2f}x" if product else ""))
+    if result.get("batch_message"):
+        con.print(result["batch_message"])
+    for w in result.get("warnings", []):
+        con.print(f"warning: {w}")
+    con.print(f"result: {path}")
+
+
+# -- bench batch ---------------------------------------------------------------------------------------------
+@bench_app.command("batch")
+def batch_cmd(
+    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
+    profile: Optional[str] = ProfileOpt,
+    sets: Optional[list[str]] = SetOpt,
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
+    num_classes: int = typer.Option(1000, "--num-classes", min=2),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
+                                            help="Stop growing here (default 4096 on a GPU, 256 on the CPU)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Search again even when a cached result exists."),
+    as_json: bool = JsonOpt,
+    out: Optional[Path] = OutOpt,
+) -> None:
+    """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
+    profile's precision and memory format, with a safety margin; then the accumulation that keeps the profile's
+    effective batch."""
+    from fasttrain import batch_search as bs
+    from fasttrain.models import create_model
+    from fasttrain.plan import make_plan
+
+    report, prof, ref = _setup(profile, sets, image_size)
+    create_model(model, num_classes)
+    plan = make_plan(prof, report)
+    say = _say(as_json)
+    say(f"searching on {plan.device} in {plan.precision}" + (", channels_last" if plan.channels_last else ""))
+    auto = bs.auto_batch(plan, model, prof.loader.image_size, num_classes=num_classes, optim=prof.optim,
+                         use_cache=not no_cache, max_batch=max_batch or (None if plan.device == "cuda" else 256),
+                         activation_checkpointing=prof.speed.activation_checkpointing)
+    result = {"model": model, "profile": ref, "device": plan.device, "precision": plan.precision,
+              "channels_last": plan.channels_last, "image_size": prof.loader.image_size, **auto.to_dict()}
+    if plan.device != "cuda":
+        result["note"] = ("no GPU: host RAM is the only limit on the CPU, so the search stops at --max-batch; "
+                          "the figure matters on a GPU")
+    path = _save("batch", out, result, report)
+    if as_json:
+        print_json(result)
+        return
+    from rich.table import Table
+
+    from fasttrain.arithmetic import human_bytes
+
+    con = console()
+    search = auto.search
+    table = Table(title=f"bench batch: {model} at {prof.loader.image_size} px, {plan.precision}"
+                        f"{', channels_last' if plan.channels_last else ''}, {plan.device}"
+                        f"{' (cached)' if search.from_cache else ''}", title_justify="left")
+    for col in ("trial", "batch", "result", "seconds", "peak memory"):
+        table.add_column(col, justify="right" if col != "result" else "left")
+    for i, t in enumerate(search.trials, 1):
+        table.add_row(str(i), str(t.batch), "ran" if t.ok else f"OOM ({t.reason[:60]})", f"{t.seconds:.1f}",
+                      human_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
+    con.print(table)
+    con.print(auto.message)
+    if result.get("note"):
+        con.print(f"note: {result['note']}")
+    con.print(f"use it: fasttrain train --set loader.batch_size={auto.batch} "
+              f"--set optim.accumulation_steps={auto.accumulation}   (or --batch-size auto)")
+    con.print(f"result: {path}")
+
+
+# -- bench loader --------------------------------------------------------------------------------------------
+@bench_app.command("loader")
+def loader_cmd(
+    data: str = typer.Option("shapes", "--data", help="shapes (built-in) or an ImageFolder directory."),
+    profile: Optional[str] = ProfileOpt,
+    sets: Optional[list[str]] = SetOpt,
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
+    batch_size: Optional[str] = BatchOpt,
+    max_workers: Optional[int] = typer.Option(None, "--max-workers", min=0,
+                                              help="Largest worker count to try (default: the cores and one step "
+                                                   "past them)."),
+    prefetch: str = typer.Option("2,4", "--prefetch", help="Comma list of prefetch_factor values."),
+    batches: int = typer.Option(20, "--batches", min=1, help="Timed batches per setting per round."),
+    rounds: int = typer.Option(2, "--rounds", min=1, help="Interleaved rounds; rates are medians."),
+    max_seconds: float = typer.Option(5.0, "--max-seconds", min=0.1, help="Time cap per setting per round."),
+    model: str = typer.Option("tiny_cnn", "--model", help="Model whose training rate the loader must keep up "
+                                                          "with; none to skip that check."),
+    write_profile: Optional[Path] = typer.Option(None, "--write-profile",
+                                                 help="Write a profile YAML (extends the one measured) with the "
+                                                      "recommended loader settings."),
+    as_json: bool = JsonOpt,
+    out: Optional[Path] = OutOpt,
+) -> None:
+    """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
+    the profile's batch and augmentation; the knee, the recommended setting within the RAM budget, and whether it
+    keeps up with the model."""
+    from fasttrain import bench_loader as bl
+
+    try:
+        factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
+    except ValueError:
+        factors = ()
+    if not factors or min(factors) < 1:
+        raise UserError([Problem("--prefetch", "expected a comma list of positive integers", "e.g. --prefetch 2,4",
+                                 prefetch)])
+    report, prof, ref = _setup(profile, sets, image_size)
+    if data == "synthetic":
+        raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",
+                                 "use shapes or an image directory", data)])
+    from fasttrain.datasets import build_datasets
+    from fasttrain.plan import make_plan
+
+    say = _say(as_json)
+    bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
+    if bundle.kind != "images":
+        raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
+                                 data)])
+    plan = make_plan(prof, report, dataset_size=bundle.train_size)
+    train_model = None if model.lower() == "none" else model
+    batch, batch_msg = _batch(batch_size, plan, train_model or "tiny_cnn", plan.image_size, bundle.num_classes,
+                              prof.optim, say)
+    if batch is not None:
+        import dataclasses
+        plan = dataclasses.replace(plan, batch_size=batch)
+    if plan.batch_size > bundle.train_size:
+        raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training images",
+                                 "lower it with --batch-size", plan.batch_size)])
+    counts = bl.worker_counts(report.cores, max_workers)
+    settings = bl.sweep_settings(counts, factors)
+    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
+        f"{plan.batch_size}, {plan.image_size} px")
+    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
+                       progress=say)
+    points = bl.combine_rounds(samples)
+    knee = bl.find_knee(points)
+    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    train_rate = None
+    if train_model is not None:
+        say(f"measuring the training rate of {train_model} (synthetic inputs, same step code as train)")
+        train_rate = bl.training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
+    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda")
+    best = max(points, key=lambda p: p.images_per_s)
+    zero = next((p for p in points if p.workers == 0), None)
+    result: dict[str, Any] = {
+        "data": data, "profile": ref, "batch_size": plan.batch_size, "image_size": plan.image_size,
+        "cores": report.cores, "rounds": rounds, "batches": batches, "ram_budget_bytes": plan.ram_budget_bytes,
+        "points": [p.to_dict() for p in points], "samples": samples,
+        "knee": knee.to_dict(), "recommended": {**choice.to_dict(), "reason": why},
+        "best": best.to_dict(), "speedup_over_0_workers": (choice.images_per_s / zero.images_per_s) if zero else None,
+        "training": up, "model": train_model, "batch_message": batch_msg,
+        "profile_written": None,
+    }
+    if write_profile is not None:
+        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
+                f"{choice.images_per_s:.0f} img/s\n{why}")
+        bl.write_profile(write_profile, ref, choice, note)
+        result["profile_written"] = str(write_profile)
+    path = _save("loader", out, result, report)
+    if as_json:
+        print_json(result)
+        return
+    _render_loader(result, points, knee, choice, path)
+
+
+def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, path: Path) -> None:
+    from rich.table import Table
+
+    from fasttrain.arithmetic import human_bytes
+    from fasttrain.bench_speedups import claims_text, load_claims
+
+    con = console()
+    top = max(p.images_per_s for p in points)
+    table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
+                        f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
+    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("", "left"),
+                         ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
+        table.add_column(col, justify=justify)
+    for p in points:
+        mark = " <- recommended" if (p.workers, p.prefetch) == (choice.workers, choice.prefetch) else (
+            " <- knee" if (p.workers, p.prefetch) == (knee.workers, knee.prefetch) else "")
+        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", _bar(p.images_per_s, top),
+                      human_bytes(p.ram_bytes), human_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
+    con.print(table)
+    con.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
+              f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")
+    con.print(f"recommended: num_workers={choice.workers}" +
+              (f", prefetch_factor={choice.prefetch}" if choice.prefetch else "") +
+              f" ({result['recommended']['reason']})")
+    if result.get("speedup_over_0_workers"):
+        _, claim = claims_text("workers", load_claims())
+        con.print(f"workers vs loading in the main process: {result['speedup_over_0_workers']:.2f}x measured; "
+                  f"the notes claim {claim}")
+    con.print(result["training"]["message"])
+    if result.get("batch_message"):
+        con.print(result["batch_message"])
+    if result.get("profile_written"):
+        con.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
+                  f"{result['profile_written']})")
+    con.print(f"result: {path}")
