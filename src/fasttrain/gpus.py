@@ -118,7 +118,7 @@ def find_gpu(name: str) -> GpuSpec | None:
     # A memory size is never dropped: 'A100 90GB' must not become 'A100'.
     words = key.split()
     for n in range(len(words) - 1, 0, -1):
-        if re.fullmatch(r"\d+gb", words[n]):
+        if re.fullmatch(r"\d+g(b|ib)?", words[n]):
             break
         hit = index.get(" ".join(words[:n]))
         if hit is not None:

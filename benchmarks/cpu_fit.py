@@ -1,0 +1,110 @@
+"""CPU side of the calibration: measure real training steps here and fit the CPU efficiency factors.
+
+Used by `calibrate.py --cpu` (fit) and by estimate_accuracy.py (check). The calibration models and sizes
+are deliberately NOT the ones estimate_accuracy.py checks (resnet18/resnet50/efficientnet_b0 at 64 px),
+so the accuracy check is a check, not a replay of the fit. Every measurement re-measures the ceiling just
+before it (this machine is shared: both see the same neighbours), steps run through the train step code
+(trainer.run_synthetic_steps), and each case is measured in several interleaved rounds (medians).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from fasttrain.roofline import Ceilings, OpTable, step_time  # noqa: E402
+
+# (model, image size, batch): conv nets of different shapes; none of them is in the accuracy check.
+CALIBRATION_CASES = [
+    ("resnet34", 64, 8),
+    ("mobilenetv3_large_100", 64, 8),
+    ("tiny_cnn", 32, 32),
+    ("resnet18", 96, 4),
+    ("efficientnet_b1", 64, 4),
+]
+
+
+def cpu_plan(batch: int, image_size: int):
+    from fasttrain import hardware, presets
+    from fasttrain.plan import make_plan
+    prof = presets.resolve("cpu", sets=[f"loader.batch_size={batch}", f"loader.image_size={image_size}"]).profile
+    return make_plan(prof, hardware.probe()), prof
+
+
+def measure_case(model: str, image_size: int, batch: int, steps: int = 3) -> dict:
+    """One interleave slot: the ceiling now, then real steps now. -> images/s, ceiling, op table."""
+    from fasttrain import cost, cpu_ceiling, models, trainer
+    plan, prof = cpu_plan(batch, image_size)
+    cpu_ceiling.measure.cache_clear()
+    ceiling = cpu_ceiling.measure()
+    net = models.create_model(model, num_classes=1000)
+    got = trainer.run_synthetic_steps(plan, net, image_size=image_size, num_classes=1000, steps=steps,
+                                      warmup_steps=1, optim=prof.optim)
+    c = cost.model_cost(model, image_size, num_classes=1000)
+    return {"model": model, "image_size": image_size, "batch": batch, "images_per_s": got["images_per_s"],
+            "peak_flops": ceiling.peak_flops, "bandwidth": ceiling.bandwidth, "params": c.params,
+            "table": OpTable.from_ops(c.ops)}
+
+
+def measure_rounds(cases: list[tuple[str, int, int]], rounds: int = 3, log=print) -> list[dict]:
+    """Interleave: round 1 runs every case once, then round 2, ... ; medians per case."""
+    seen: dict[tuple, list[dict]] = {}
+    for r in range(rounds):
+        for case in cases:
+            m = measure_case(*case)
+            seen.setdefault(case, []).append(m)
+            log(f"  round {r + 1} {case[0]}@{case[1]} b{case[2]}: {m['images_per_s']:.1f} images/s, "
+                f"ceiling {m['peak_flops'] / 1e9:.0f} GFLOP/s, {m['bandwidth'] / 1e9:.1f} GB/s")
+    out = []
+    for case, ms in seen.items():
+        first = ms[0]
+        out.append(first | {"images_per_s": statistics.median(m["images_per_s"] for m in ms),
+                            "peak_flops": statistics.median(m["peak_flops"] for m in ms),
+                            "bandwidth": statistics.median(m["bandwidth"] for m in ms)})
+    return out
+
+
+def forecast_cpu(m: dict, f: dict) -> float:
+    c = Ceilings(peak_flops=m["peak_flops"], bandwidth=m["bandwidth"], compute_efficiency=f["compute_efficiency"],
+                 memory_efficiency=f["memory_efficiency"], depthwise_efficiency=f["depthwise_efficiency"],
+                 op_overhead_s=f["op_overhead_s"])
+    return m["batch"] / step_time(m["table"], m["batch"], c, params=m["params"], optimizer="sgd").seconds
+
+
+def fit(measured: list[dict]) -> dict:
+    best = None
+    for ec in np.geomspace(0.05, 1.5, 24):
+        for em in np.geomspace(0.05, 2.0, 18):
+            for dw in np.geomspace(0.02, 1.0, 8):
+                for oh in (0.0, 5e-6, 1e-5, 2e-5, 4e-5, 8e-5):
+                    f = {"compute_efficiency": float(ec), "memory_efficiency": float(em),
+                         "depthwise_efficiency": float(dw), "op_overhead_s": oh}
+                    err = sum(math.log(forecast_cpu(m, f) / m["images_per_s"]) ** 2 for m in measured)
+                    if best is None or err < best[0]:
+                        best = (err, f)
+    return best[1]
+
+
+def fit_cpu() -> tuple[dict, dict]:
+    import datetime as dt
+    measured = measure_rounds(CALIBRATION_CASES)
+    factors = fit(measured)
+    report = [{"case": f"{m['model']}@{m['image_size']} b{m['batch']}", "measured": round(m["images_per_s"], 2),
+               "forecast": round(forecast_cpu(m, factors), 2)} for m in measured]
+    info = {"method": "per-op roofline over the ceiling measured just before each case (fp32 matmul FLOP/s, copy "
+                      "bandwidth); grid search minimising squared log(forecast/measured); 3 interleaved rounds, medians",
+            "fitted_on": report, "machine": _machine(),
+            "fitted_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")}
+    return factors, info
+
+
+def _machine() -> str:
+    import os
+    import platform
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores"

@@ -1,0 +1,112 @@
+"""`fasttrain estimate`: forecast time, memory, bottleneck and cost of a plan before paying for it.
+
+gather (estimate_gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
+-> compute (estimate.py, pure) -> render (estimate_render.py, or --json). torch is imported only inside
+the command function, never when cli.py imports this module.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from fasttrain.errors import Problem, UserError
+
+COMPARE_KINDS = ("presets", "gpus")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate_cmd)
+
+
+def estimate_cmd(
+    what: Optional[str] = typer.Argument(None, metavar="[presets|gpus]",
+                                         help="With --compare: compare presets (default) or GPUs of the spec file."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p",
+                                          help="Preset name or YAML file; default: the preset that fits this machine."),
+    model: str = typer.Option(..., "--model", "-m", help="timm / torchvision name, tiny_cnn, or module:callable."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Training crop in pixels (default: profile)."),
+    dataset_size: Optional[int] = typer.Option(None, "--dataset-size",
+                                               help="Training samples (default: ImageNet-1k, 1,281,167)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Image folder: counts the files and measures decode speed."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
+    num_classes: int = typer.Option(1000, "--num-classes", help="Classifier outputs."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. loader.batch_size=128."),
+    measure: bool = typer.Option(False, "--measure", help="Also run a few real training steps here and compare."),
+    measure_steps: int = typer.Option(5, "--measure-steps", min=1, help="Timed steps for --measure."),
+    compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output with stable keys."),
+) -> None:
+    """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
+    from fasttrain import estimate_gather as g
+    if what is not None and (not compare or what not in COMPARE_KINDS):
+        raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
+                                 "use --compare presets or --compare gpus", None)])
+    g.validate_sizes(dataset_size, image_size, epochs, num_classes)
+    if data is not None and dataset_size is not None:
+        raise UserError([Problem("--data", "give --data or --dataset-size, not both",
+                                 "--data counts the images itself")])
+    local = g.local_report() if (profile is None or measure) else None
+    ref = profile or _default_profile(local)
+    req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
+                    dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
+                    epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None)
+    resolved = g.resolve_profile(ref, req)
+    prof = resolved.profile
+    if data is not None:
+        count, sample = g.sample_data(data, prof)
+        req.dataset_size, req.dataset_size_source, req.loader = count, f"--data ({count:,} image files)", sample
+    fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu)
+    payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
+                               "forecast": fc.to_dict(), "plan_notes": target.plan.notes}
+    measured = _measure(prof, req, local, measure_steps) if measure else None
+    if measured is not None:
+        payload["measure"] = measured
+    rows = None
+    if compare:
+        rows = g.compare_rows(what or "presets", prof, req, local)
+        payload["compare"] = {"kind": what or "presets", "rows": rows}
+    if as_json:
+        from fasttrain.render import print_json
+        print_json(payload)
+        return
+    from fasttrain import estimate_render as r
+    from fasttrain.render import console
+    out = console()
+    r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
+                               f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
+                               f"data: {req.dataset_size_source}")
+    for note in target.plan.notes:
+        out.print(f"note: {note}")
+    if measured is not None:
+        r.render_measure(measured, out)
+    if rows is not None:
+        r.render_compare(rows, what or "presets", out)
+
+
+def _default_profile(local: Any) -> str:
+    from fasttrain import recommend
+    return recommend.best_preset(local)
+
+
+def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
+    """Forecast the plan on THIS machine and run it for a few steps with the train step code."""
+    from fasttrain import estimate_gather as g
+    from fasttrain import models, trainer
+    fc, target = g.forecast_for(prof, req, local, force_local=True)
+    net = models.create_model(req.model, num_classes=req.num_classes)
+    got = trainer.run_synthetic_steps(target.plan, net, image_size=target.plan.image_size,
+                                      num_classes=req.num_classes, steps=steps, warmup_steps=2, optim=prof.optim)
+    on_gpu = fc.device["kind"] == "gpu"
+    peak = fc.memory.total - fc.memory.workspace if on_gpu else fc.memory.total + fc.host_ram.processes
+    return {
+        "device": fc.device["name"], "steps": steps,
+        "forecast": {"images_per_s": fc.speed["images_per_s_per_device"], "step_time_s": fc.speed["step_time_s"],
+                     "peak_memory_bytes": peak},
+        "measured": got,
+        "note": ("peak memory: CUDA peak allocated vs forecast without context/workspace" if on_gpu else
+                 "peak memory: the process's peak resident set (torch itself included) vs forecast training "
+                 "state + process overhead; loader workers are not running in this measurement"),
+    }

@@ -1,0 +1,226 @@
+"""Plan + model cost + device ceilings -> Forecast. Pure: no I/O, no torch, testable on fixed inputs.
+
+Speed: a per-op roofline (roofline.py) with calibrated efficiencies (calibration.py). Memory: weights,
+gradients, optimizer state, autocast weight copies, activations (saved-for-backward bytes counted on the
+meta device) and workspace against the device. Host RAM: loader buffers + processes against the machine.
+Units: seconds, bytes, images/s, FLOP/s, USD.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fasttrain import arithmetic as ar
+from fasttrain.calibration import DeviceCeilings
+from fasttrain.plan import Plan
+from fasttrain.profile import Profile
+from fasttrain.roofline import OPTIMIZER_STATES, OpTable, step_time
+
+
+@dataclass(frozen=True)
+class LoaderSample:
+    """Decode + augment speed of ONE loader worker, measured (loader_sample.py)."""
+
+    images_per_s_per_worker: float
+    source: str   # what was measured: "--data DIR (N files)" or "synthetic JPEG ..."
+
+
+@dataclass
+class MemoryBudget:
+    weights: int
+    gradients: int
+    optimizer_state: int
+    autocast_copies: int
+    activations: int
+    workspace: int
+    total: int
+    capacity: int | None
+    fits: bool | None
+    largest_batch: int | None
+    activation_bytes_per_sample: float
+
+
+@dataclass
+class HostBudget:
+    loader_buffers: int
+    processes: int
+    model_training: int   # CPU runs keep the whole training state in host RAM
+    total: int
+    capacity: int
+    loader_budget: int
+    fits: bool
+
+
+@dataclass
+class Forecast:
+    model: dict[str, Any]
+    device: dict[str, Any]
+    schedule: dict[str, Any]
+    speed: dict[str, Any]
+    time: dict[str, Any]
+    memory: MemoryBudget
+    host_ram: HostBudget
+    loader: dict[str, Any]
+    bottleneck: dict[str, str]
+    cost: dict[str, Any]
+    unknown: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def optimizer_state_bytes(params: int, optimizer: str, momentum: float) -> int:
+    """fp32 state: SGD with momentum 1x the params, plain SGD 0x, Adam/AdamW 2x (exp_avg, exp_avg_sq)."""
+    if optimizer == "sgd":
+        return params * 4 if momentum > 0 else 0
+    return params * 4 * OPTIMIZER_STATES[optimizer]
+
+
+def memory_budget(params: int, activation_bytes_per_sample: float, batch: int, precision: str, optimizer: str,
+                  momentum: float, capacity: int | None, constants: dict[str, Any], on_gpu: bool = True) -> MemoryBudget:
+    """Training memory of one device at `batch`, and the largest batch that fits `capacity` (None: unknown)."""
+    weights = params * 4
+    gradients = params * 4
+    opt = optimizer_state_bytes(params, optimizer, momentum)
+    copies = params * constants["autocast_weight_copy_bytes_per_param"] if precision != "fp32" else 0
+    per_sample = activation_bytes_per_sample * constants["allocator_overhead"]
+    activations = int(per_sample * batch)
+    fixed_state = int((weights + gradients + opt + copies) * constants["allocator_overhead"])
+    workspace = constants["workspace_bytes"] + constants["cuda_context_bytes"] if on_gpu else 0
+    total = fixed_state + activations + workspace
+    fits = largest = None
+    if capacity is not None:
+        fits = total <= capacity
+        room = capacity - fixed_state - workspace
+        largest = max(0, math.floor(room / per_sample)) if per_sample > 0 else None
+    return MemoryBudget(weights, gradients, opt, copies, activations, workspace, total, capacity, fits, largest,
+                        activation_bytes_per_sample)
+
+
+def host_budget(plan: Plan, profile: Profile, host_ram_bytes: int, constants: dict[str, Any],
+                on_gpu: bool, model_training_bytes: int = 0) -> HostBudget:
+    per_node = profile.world.gpus_per_node
+    process = constants["process_overhead_bytes_gpu" if on_gpu else "process_overhead_bytes_cpu"]
+    processes = per_node * (process + plan.workers * constants["worker_overhead_bytes"])
+    total = plan.loader_ram_bytes + processes + model_training_bytes
+    return HostBudget(plan.loader_ram_bytes, processes, model_training_bytes, total, host_ram_bytes,
+                      plan.ram_budget_bytes, total <= host_ram_bytes)
+
+
+def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> float | None:
+    if seconds is None or price_per_hour is None:
+        return None
+    return seconds / 3600 * price_per_hour * nodes
+
+
+def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, dataset_size: int, epochs: int,
+             host_ram_bytes: int, constants: dict[str, Any], loader: LoaderSample | None = None,
+             table: OpTable | None = None) -> Forecast:
+    """Everything `estimate` prints, from fixed inputs. `cost` is a cost.ModelCost (duck-typed)."""
+    on_gpu = device.kind == "gpu"
+    world = plan.world_size
+    batch = plan.batch_size
+    iterations = ar.iterations_per_epoch(dataset_size, batch, world, plan.drop_last)
+    unknown = list(device.unknown)
+    table = table if table is not None else OpTable.from_ops(cost.ops)
+
+    step = None
+    if device.ceilings is not None:
+        step = step_time(table, batch, device.ceilings, params=cost.params, optimizer=profile.optim.optimizer,
+                         momentum=profile.optim.momentum > 0, compiled=plan.compile)
+    compute_rate = batch / step.seconds if step else None   # images/s of one device, data for free
+
+    loader_info: dict[str, Any] = {"measured": loader is not None, "workers": plan.workers,
+                                   "total_workers": plan.workers * world}
+    loader_rate = None
+    if loader is not None:
+        per_worker = loader.images_per_s_per_worker
+        loader_rate = per_worker * max(plan.workers, 1)
+        loader_info.update(source=loader.source, images_per_s_per_worker=per_worker, images_per_s=loader_rate,
+                           workers_needed=math.ceil(compute_rate / per_worker) if compute_rate else None,
+                           keeps_up=(loader_rate >= compute_rate) if compute_rate else None)
+    else:
+        unknown.append("data loading speed (give --data DIR to measure it)")
+
+    per_device = compute_rate
+    if per_device is not None and loader_rate is not None:
+        if plan.workers == 0:   # the main process decodes, then computes: the two add up
+            per_device = batch / (step.seconds + batch / loader_rate)
+        else:
+            per_device = min(per_device, loader_rate)
+    scale = world * (device.multi_device_efficiency if world > 1 else 1.0)
+    total_rate = per_device * scale if per_device else None
+    step_s = batch / per_device if per_device else None
+    epoch_s = iterations * batch * world / total_rate if total_rate else None
+    total_s = epoch_s * epochs if epoch_s is not None else None
+
+    mem = memory_budget(cost.params, cost.activation_bytes_per_sample, batch, plan.precision,
+                        profile.optim.optimizer, profile.optim.momentum,
+                        device.memory_bytes if on_gpu else None, constants, on_gpu)
+    host = host_budget(plan, profile, host_ram_bytes, constants, on_gpu, 0 if on_gpu else mem.total)
+    if not on_gpu:  # the model trains in host RAM: its budget is what the loaders and processes leave
+        room = host_ram_bytes - host.loader_buffers - host.processes
+        mem = memory_budget(cost.params, cost.activation_bytes_per_sample, batch, plan.precision,
+                            profile.optim.optimizer, profile.optim.momentum, room, constants, on_gpu=False)
+
+    mfu = (cost.train_flops_per_sample * per_device / device.peak_flops) if per_device and device.peak_flops else None
+    speed = {
+        "step_time_s": step_s, "it_per_s": 1 / step_s if step_s else None,
+        "images_per_s_per_device": per_device, "images_per_s": total_rate,
+        "compute_only_images_per_s": compute_rate,
+        "compute_bound_s": step.compute_bound_s if step else None,
+        "memory_bound_s": step.memory_bound_s if step else None,
+        "overhead_s": step.overhead_s if step else None, "optimizer_s": step.optimizer_s if step else None,
+        "mfu": mfu, "multi_device_efficiency": device.multi_device_efficiency if world > 1 else 1.0,
+    }
+    nodes = profile.world.nodes
+    hw = profile.hardware
+    money = {
+        "price_on_demand_per_hour": hw.price_on_demand_per_hour, "price_spot_per_hour": hw.price_spot_per_hour,
+        "machines": nodes,
+        "on_demand_per_epoch": _money(epoch_s, hw.price_on_demand_per_hour, nodes),
+        "on_demand_per_run": _money(total_s, hw.price_on_demand_per_hour, nodes),
+        "spot_per_epoch": _money(epoch_s, hw.price_spot_per_hour, nodes),
+        "spot_per_run": _money(total_s, hw.price_spot_per_hour, nodes),
+    }
+    return Forecast(
+        model={"name": cost.model, "image_size": cost.image_size, "params": cost.params,
+               "forward_flops_per_sample": cost.forward_flops_per_sample,
+               "train_flops_per_sample": cost.train_flops_per_sample,
+               "activation_bytes_per_sample": cost.activation_bytes_per_sample, "activation_dtype": cost.dtype},
+        device={"name": device.name, "kind": device.kind, "peak_flops": device.peak_flops,
+                "bandwidth_bytes_per_s": device.ceilings.bandwidth if device.ceilings else None,
+                "efficiency_group": device.group, "unknown": device.unknown, "source": device.source},
+        schedule={"dataset_size": dataset_size, "epochs": epochs, "batch_size": batch, "world_size": world,
+                  "nodes": nodes, "gpus_per_node": profile.world.gpus_per_node,
+                  "accumulation_steps": plan.accumulation_steps, "effective_batch": plan.effective_batch,
+                  "base_lr": plan.base_lr, "scaled_lr": plan.scaled_lr, "iterations_per_epoch": iterations,
+                  "optimizer_steps_per_epoch": ar.optimizer_steps_per_epoch(iterations, plan.accumulation_steps),
+                  "precision": plan.precision, "channels_last": plan.channels_last, "compile": plan.compile,
+                  "tf32": plan.tf32, "drop_last": plan.drop_last},
+        speed=speed, time={"epoch_s": epoch_s, "total_s": total_s},
+        memory=mem, host_ram=host, loader=loader_info,
+        bottleneck=bottleneck(step, compute_rate, loader_rate, plan.workers, loader, host, device),
+        cost=money, unknown=unknown,
+    )
+
+
+def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None, workers: int,
+               loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings) -> dict[str, str]:
+    """The one thing that limits the run, and the number that shows it."""
+    if not host.fits:
+        return {"name": "host RAM", "evidence": f"loaders and processes need {ar.human_bytes(host.total)} "
+                                                f"of {ar.human_bytes(host.capacity)} RAM"}
+    if loader_rate is not None and compute_rate is not None and loader_rate < compute_rate:
+        need = math.ceil(compute_rate / loader.images_per_s_per_worker)
+        return {"name": "data loading", "evidence": f"{workers} workers decode {loader_rate:,.0f} images/s, "
+                                                    f"the {device.kind.upper()} could take {compute_rate:,.0f}: "
+                                                    f"needs {need} workers"}
+    if step is None:
+        return {"name": "unknown", "evidence": "cannot price compute: " + "; ".join(device.unknown)}
+    share = step.compute_bound_s / step.seconds
+    if step.limiter == "compute":
+        return {"name": "compute", "evidence": f"{share:.0%} of the step is in ops at the FLOP roof"}
+    mem_share = (step.memory_bound_s + step.optimizer_s) / step.seconds
+    return {"name": "memory bandwidth", "evidence": f"{mem_share:.0%} of the step is in ops at the bandwidth roof"}

@@ -1,0 +1,179 @@
+"""Gather for `fasttrain estimate`: profile, target machine, model cost, device ceilings, loader sample.
+
+The forecast is for the machine the PROFILE describes (its GPU from the spec file, its cores and RAM),
+not for the machine estimate runs on, unless the profile has no GPU (then: this machine, measured), or
+--measure asks to check the forecast here. Imports torch only through cost.py / cpu_ceiling.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fasttrain import arithmetic as ar
+from fasttrain import calibration, gpus
+from fasttrain.errors import Problem, UserError
+from fasttrain.estimate import Forecast, LoaderSample, forecast
+from fasttrain.plan import Plan, make_plan
+from fasttrain.profile import Profile
+from fasttrain.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+
+IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
+
+
+@dataclass
+class Request:
+    """What the user asked, validated."""
+
+    model: str
+    num_classes: int
+    dataset_size: int
+    dataset_size_source: str
+    epochs_flag: int | None
+    image_size_flag: int | None
+    sets: list[str]
+    gpu: str | None
+    loader: LoaderSample | None
+
+
+def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int | None, num_classes: int) -> None:
+    problems = []
+    if dataset_size is not None and dataset_size <= 0:
+        problems.append(Problem("--dataset-size", "must be a positive number of training samples",
+                                "e.g. --dataset-size 1281167 (ImageNet-1k)", dataset_size))
+    if image_size is not None and image_size <= 0:
+        problems.append(Problem("--image-size", "must be a positive number of pixels", "e.g. --image-size 224",
+                                image_size))
+    if epochs is not None and epochs <= 0:
+        problems.append(Problem("--epochs", "must be at least 1", "", epochs))
+    if num_classes <= 0:
+        problems.append(Problem("--num-classes", "must be at least 1", "", num_classes))
+    if problems:
+        raise UserError(problems)
+
+
+def resolve_profile(ref: str, req: Request) -> Any:
+    from fasttrain import presets
+    flags: dict[str, tuple[str, Any]] = {}
+    if req.image_size_flag is not None:
+        flags["loader.image_size"] = ("--image-size", req.image_size_flag)
+    if req.epochs_flag is not None:
+        flags["optim.epochs"] = ("--epochs", req.epochs_flag)
+    return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags)
+
+
+def gpu_report(profile: Profile, spec: gpus.GpuSpec, vram_bytes: int) -> HardwareReport:
+    """The profile's machine as a HardwareReport, so make_plan resolves precision/TF32/workers for IT."""
+    gpu = GpuInfo(index=0, name=spec.name, memory_total_bytes=vram_bytes, compute_capability=spec.compute_capability,
+                  bf16_supported=spec.bf16_supported, tf32_supported=spec.tf32_supported)
+    n = profile.world.gpus_per_node
+    torch_info = TorchInfo(cpu_only_build=False, cuda_available=True, device_count=n, compile_ok=True,
+                           compile_reason="assumed to work on the target machine")
+    ram = int(profile.hardware.host_ram_gb * ar.GIB)
+    return HardwareReport(gpus=[gpu.model_copy(update={"index": i}) for i in range(n)], torch=torch_info,
+                          cpu=CpuInfo(logical_cores=profile.hardware.cpu_cores),
+                          memory=MemoryInfo(ram_total_bytes=ram, ram_available_bytes=ram))
+
+
+def local_report() -> HardwareReport:
+    from fasttrain import hardware
+    return hardware.probe()
+
+
+@dataclass
+class Target:
+    plan: Plan
+    device: calibration.DeviceCeilings
+    host_ram_bytes: int
+    where: str   # "profile" (the profile's GPU), "--gpu", or "this machine"
+
+
+def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | None, dataset_size: int,
+               force_local: bool = False) -> Target:
+    """Plan + ceilings for the profile's GPU (or --gpu), or for this machine when there is no GPU to price."""
+    gpu_name = None if force_local else (gpu_flag or profile.hardware.gpu)
+    if gpu_name:
+        spec = gpus.get_gpu(gpu_name, where="--gpu" if gpu_flag else "hardware.gpu")
+        usable = None if gpu_flag else profile.hardware.vram_gb  # the profile's usable GiB, for its own GPU only
+        vram = int(usable * ar.GIB) if usable else spec.memory_bytes
+        report = gpu_report(profile, spec, vram or 0)
+        plan = make_plan(profile, report, dataset_size)
+        dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
+        dev = dataclasses.replace(dev, memory_bytes=vram)
+        return Target(plan, dev, report.memory.ram_total_bytes, "--gpu" if gpu_flag else "profile")
+    if local is None:
+        local = local_report()
+    if local.has_cuda and local.gpus:
+        spec = gpus.find_gpu(local.gpus[0].name)
+        if spec is not None:
+            plan = make_plan(profile, local, dataset_size)
+            dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
+            dev = dataclasses.replace(dev, memory_bytes=local.gpus[0].memory_total_bytes)
+            return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
+    from fasttrain import cpu_ceiling
+    plan = make_plan(profile, local, dataset_size)
+    ceiling = cpu_ceiling.measure()
+    dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes)
+    return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
+
+
+_COSTS: dict[tuple, Any] = {}
+
+
+def model_cost(model: str, image_size: int, num_classes: int, precision: str) -> Any:
+    """cost.model_cost, remembered per process: --compare prices many plans of one model."""
+    from fasttrain import cost
+    key = (model, image_size, num_classes, precision)
+    if key not in _COSTS:
+        _COSTS[key] = cost.model_cost(model, image_size, num_classes=num_classes, precision=precision)
+    return _COSTS[key]
+
+
+def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, gpu_flag: str | None = None,
+                 force_local: bool = False) -> tuple[Forecast, Target]:
+    target = target_for(profile, gpu_flag, local, req.dataset_size, force_local)
+    cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
+    fc = forecast(target.plan, profile, cost, target.device, req.dataset_size, profile.optim.epochs,
+                  target.host_ram_bytes, calibration.load()["memory"], req.loader)
+    return fc, target
+
+
+def sample_data(data: Path, profile: Profile) -> tuple[int, LoaderSample]:
+    from fasttrain import loader_sample
+    count, files = loader_sample.scan(data)
+    return count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
+
+
+def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareReport | None) -> list[dict[str, Any]]:
+    """One forecast row per shipped preset, or per GPU of the spec file (the user's plan on each)."""
+    rows = []
+    if kind == "gpus":
+        for name in gpus.gpu_names():
+            fc, _t = forecast_for(profile, req, local, gpu_flag=name)
+            rows.append(compare_row(name, fc))
+    else:
+        from fasttrain import presets
+        for name in presets.preset_names():
+            res = resolve_profile(name, dataclasses.replace(req, sets=[]))
+            fc, _t = forecast_for(res.profile, req, local)
+            rows.append(compare_row(name, fc))
+    rows.sort(key=lambda r: (r["total_s"] is None, r["total_s"] or 0.0, r["name"]))
+    return rows
+
+
+def compare_row(name: str, fc: Forecast) -> dict[str, Any]:
+    mem = fc.memory
+    if mem.fits is None:
+        verdict = "unknown VRAM"
+    elif mem.fits:
+        verdict = f"fits ({ar.human_bytes(mem.total)} of {ar.human_bytes(mem.capacity)})"
+    else:
+        verdict = f"OOM: needs {ar.human_bytes(mem.total)} of {ar.human_bytes(mem.capacity)}; largest batch {mem.largest_batch}"
+    return {"name": name, "device": fc.device["name"], "batch_size": fc.schedule["batch_size"],
+            "precision": fc.schedule["precision"], "images_per_s": fc.speed["images_per_s"],
+            "epoch_s": fc.time["epoch_s"], "total_s": fc.time["total_s"], "memory_fits": mem.fits,
+            "memory_verdict": verdict, "on_demand_per_run": fc.cost["on_demand_per_run"],
+            "spot_per_run": fc.cost["spot_per_run"], "bottleneck": fc.bottleneck["name"],
+            "unknown": fc.device["unknown"]}

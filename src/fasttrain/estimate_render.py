@@ -1,0 +1,148 @@
+"""Render a Forecast (and --compare / --measure results) as Rich tables. No arithmetic here."""
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrain.arithmetic import human_bytes
+from fasttrain.estimate import Forecast
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
+    return "unknown" if value is None else fmt.format(value) + unit
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _table(title: str):
+    from rich.table import Table
+    table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column("quantity", style="cyan")
+    table.add_column("value", style="bold", justify="right")
+    table.add_column("working", style="dim")
+    return table
+
+
+def render_forecast(fc: Forecast, out: Any, header: str) -> None:
+    m, s, sp, sch = fc.model, fc.schedule, fc.speed, fc.schedule
+    out.print(header)
+    t = _table("model cost (meta device, per sample)")
+    t.add_row("parameters", f"{m['params'] / 1e6:,.2f} M", "")
+    t.add_row("forward", _num(m["forward_flops_per_sample"] / 1e9, unit=" GFLOP"), "torch.utils.flop_counter")
+    t.add_row("training", _num(m["train_flops_per_sample"] / 1e9, unit=" GFLOP"),
+              f"forward + backward = {m['train_flops_per_sample'] / max(m['forward_flops_per_sample'], 1):.2f} x forward")
+    t.add_row("activations", human_bytes(m["activation_bytes_per_sample"]),
+              f"saved for backward, {m['activation_dtype']}, at {m['image_size']} px")
+    out.print(t)
+
+    t = _table(f"schedule and speed on {fc.device['name']}")
+    t.add_row("iterations per epoch", f"{s['iterations_per_epoch']:,}",
+              f"{'floor' if s['drop_last'] else 'ceil'}({s['dataset_size']:,} / ({s['batch_size']} x {s['world_size']}))")
+    if s["world_size"] > 1:
+        t.add_row("world", f"{s['world_size']} GPUs", f"{s['nodes']} machines x {s['gpus_per_node']} GPUs; "
+                  f"scaling efficiency {sp['multi_device_efficiency']:.0%} (fitted on 8-GPU published rows)")
+    t.add_row("total batch", f"{s['effective_batch']:,}",
+              f"{s['batch_size']} x {s['accumulation_steps']} accumulation x {s['world_size']} devices; "
+              f"LR {s['base_lr']:g} -> {s['scaled_lr']:.4g}")
+    t.add_row("plan", f"{s['precision']}", f"channels_last={s['channels_last']} compile={s['compile']} tf32={s['tf32']}")
+    t.add_row("step time", _num(sp["step_time_s"], "{:.3f}", " s"),
+              _num(sp["it_per_s"], "{:.2f}", " it/s") if sp["it_per_s"] else "")
+    t.add_row("images/s", _num(sp["images_per_s"], "{:,.0f}"),
+              f"per device {_num(sp['images_per_s_per_device'], '{:,.0f}')}")
+    t.add_row("epoch", duration(fc.time["epoch_s"]), "")
+    t.add_row("total", duration(fc.time["total_s"]), f"{s['epochs']} epochs")
+    t.add_row("MFU", _num(sp["mfu"], "{:.0%}"), f"of peak {_num((fc.device['peak_flops'] or 0) / 1e12 or None, '{:.1f}', ' TFLOP/s')}")
+    out.print(t)
+
+    mem = fc.memory
+    where = "GPU memory (per device)" if fc.device["kind"] == "gpu" else "training memory (host RAM)"
+    t = _table(where)
+    t.add_row("weights + gradients", human_bytes(mem.weights + mem.gradients), "fp32")
+    t.add_row("optimizer state", human_bytes(mem.optimizer_state), "SGD momentum 1x, Adam/AdamW 2x params")
+    if mem.autocast_copies:
+        t.add_row("autocast weight copies", human_bytes(mem.autocast_copies), "half-precision copy per step")
+    t.add_row("activations", human_bytes(mem.activations),
+              f"{human_bytes(mem.activation_bytes_per_sample)} x {sch['batch_size']} x allocator overhead")
+    if mem.workspace:
+        t.add_row("workspace + CUDA context", human_bytes(mem.workspace), "")
+    cap = "unknown" if mem.capacity is None else human_bytes(mem.capacity)
+    verdict = "unknown" if mem.fits is None else ("fits" if mem.fits else "DOES NOT FIT")
+    t.add_row("total", human_bytes(mem.total), f"of {cap}: {verdict}")
+    t.add_row("largest batch that fits", "unknown" if mem.largest_batch is None else f"{mem.largest_batch:,}", "")
+    out.print(t)
+
+    h = fc.host_ram
+    t = _table("host RAM (per machine)")
+    t.add_row("loader buffers", human_bytes(h.loader_buffers), f"workers x prefetch x batch bytes; budget {human_bytes(h.loader_budget)}")
+    t.add_row("processes", human_bytes(h.processes), "main process + workers")
+    if h.model_training:
+        t.add_row("training state", human_bytes(h.model_training), "the CPU trains in RAM")
+    t.add_row("total", human_bytes(h.total), f"of {human_bytes(h.capacity)}: {'fits' if h.fits else 'DOES NOT FIT'}")
+    out.print(t)
+
+    ld = fc.loader
+    t = _table("data loading")
+    t.add_row("workers", f"{ld['workers']}", f"{ld['total_workers']} in the whole job")
+    if ld["measured"]:
+        t.add_row("per worker", _num(ld["images_per_s_per_worker"], "{:,.0f}", " images/s"), ld["source"])
+        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"),
+                  "keeps up" if ld.get("keeps_up") else f"needs {ld.get('workers_needed')} workers")
+    else:
+        t.add_row("per worker", "not measured", "give --data DIR to sample decode + augment speed")
+    out.print(t)
+
+    c = fc.cost
+    if c["price_on_demand_per_hour"] is not None or c["price_spot_per_hour"] is not None:
+        t = _table("cost")
+        t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
+                  f"at {_usd(c['price_on_demand_per_hour'])}/h x {c['machines']} machine(s)")
+        t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
+                  f"at {_usd(c['price_spot_per_hour'])}/h")
+        out.print(t)
+    out.print(f"[bold]bottleneck:[/] {fc.bottleneck['name']}: {fc.bottleneck['evidence']}")
+    for u in fc.unknown:
+        out.print(f"unknown: {u}")
+
+
+def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
+    from rich.table import Table
+    table = Table(title=f"the same model on every {'preset' if kind == 'presets' else 'GPU in the spec file'}, "
+                        "fastest first", title_justify="left")
+    for col in ("name", "device", "batch", "precision", "images/s", "epoch", "total", "memory", "on-demand", "spot"):
+        table.add_column(col, justify="left" if col in ("name", "device", "precision", "memory") else "right")
+    for r in rows:
+        table.add_row(r["name"], r["device"], str(r["batch_size"]), r["precision"],
+                      _num(r["images_per_s"], "{:,.0f}"), duration(r["epoch_s"]), duration(r["total_s"]),
+                      r["memory_verdict"], _usd(r["on_demand_per_run"]), _usd(r["spot_per_run"]))
+    out.print(table)
+    for r in rows:
+        if r["unknown"]:
+            out.print(f"{r['name']}: unknown {'; '.join(r['unknown'])}")
+
+
+def render_measure(result: dict[str, Any], out: Any) -> None:
+    from rich.table import Table
+    table = Table(title="forecast vs measured here (synthetic data, the train step code)", title_justify="left")
+    for col in ("quantity", "forecast", "measured", "measured / forecast"):
+        table.add_column(col, justify="left" if col == "quantity" else "right")
+    for key, label, fmt in (("images_per_s", "images/s", "{:,.1f}"), ("step_time_s", "step time (s)", "{:.3f}"),
+                            ("peak_memory_bytes", "peak memory", None)):
+        f, m = result["forecast"].get(key), result["measured"].get(key)
+        show = (lambda v: human_bytes(v)) if fmt is None else (lambda v: fmt.format(v))
+        ratio = f"{m / f:.2f}" if f and m else "-"
+        table.add_row(label, "unknown" if f is None else show(f), "-" if m is None else show(m), ratio)
+    out.print(table)
+    out.print(result["note"])
