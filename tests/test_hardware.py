@@ -79,6 +79,17 @@ def test_static_torch_answer_agrees_with_importing_torch() -> None:
         assert forced.cuda_available is False  # what the static path assumes without a device
 
 
+def test_probe_asks_an_already_imported_torch_directly() -> None:
+    """`train` imports torch before probing: then no child process, and the answer is torch's own."""
+    import torch
+
+    seen = hardware.probe(import_torch=True).torch
+    assert seen.probe_method == "import"
+    assert seen.version == torch.__version__ and seen.cuda_version == torch.version.cuda
+    assert seen.cuda_available == torch.cuda.is_available()
+    assert seen.device_count == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
 def test_report_json_round_trip(report: HardwareReport) -> None:
     again = HardwareReport.model_validate_json(report.model_dump_json())
     assert again == report

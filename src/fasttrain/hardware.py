@@ -190,6 +190,15 @@ def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | N
     return gpu.model_copy(update=update)
 
 
+def _ask_loaded_torch() -> tuple[dict | None, str | None]:
+    """What the torch already imported in this process sees (same answer as the child, without 2.5 s)."""
+    from fasttrain import _torch_child
+    try:
+        return _torch_child.collect(), None
+    except Exception as exc:  # a broken CUDA setup raising on first use
+        return None, f"torch: {type(exc).__name__}: {exc}"
+
+
 def combine_torch(info: TorchInfo, nvml: NvmlResult, gpus: list[GpuInfo], python: tuple[int, int],
                   cpu_bf16: bool | None) -> TorchInfo:
     """Add what depends on both: compile support for the device training will use, CPU bf16."""
@@ -206,7 +215,8 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
     start = time.perf_counter()
     torch_info = static_info()
     want_child = import_torch if import_torch is not None else (torch_info.installed and nvidia_device_present())
-    child = start_child() if want_child and torch_info.installed else None
+    in_process = want_child and "torch" in sys.modules  # `train` already paid for the import: ask it directly
+    child = start_child() if want_child and torch_info.installed and not in_process else None
     nvml = probe_nvml(exclude_pids=[os.getpid()] + ([child.pid] if child else []), process_name=_process_name)
     if import_torch is None and child is None and nvml.gpus and torch_info.installed:
         child = start_child()  # NVML sees a GPU that has no /dev node we know (e.g. WSL): ask torch
@@ -214,11 +224,12 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
     memory = probe_memory()
     disks = probe_disks(data_dir, disk_paths)
     devices: list[dict] = []
-    if child is not None:
-        seen, error = finish_child(child)
+    asked = child is not None or in_process
+    if asked:
+        seen, error = finish_child(child) if child is not None else _ask_loaded_torch()
         torch_info = merge_child(torch_info, seen, error)
         devices = list((seen or {}).get("devices") or [])
-    gpus = [finish_gpu(g, devices, torch_info.cuda_available if child else None) for g in nvml.gpus]
+    gpus = [finish_gpu(g, devices, torch_info.cuda_available if asked else None) for g in nvml.gpus]
     python = sys.version_info[:2]
     torch_info = combine_torch(torch_info, nvml, gpus, python, cpu_bf16)
     return HardwareReport(
