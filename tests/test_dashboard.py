@@ -155,7 +155,8 @@ def test_measured_vs_forecast_ratio() -> None:
 
 
 def test_epoch_columns_pick_known_keys_in_order() -> None:
-    row = {"telemetry_h2d_s": 0.0, "val_acc1": 0.9, "epoch": 2, "telemetry_images_per_s": 640.0, "train_loss": 0.3}
+    row = {"telemetry_h2d_s": 0.0, "val_acc1": 0.9, "epoch": 2, "telemetry_images_per_s": 640.0, "train_loss": 0.3,
+           "telemetry_gpu_util_mean_pct": None}  # no GPU: an empty column is left out
     assert db.epoch_columns([row]) == ["epoch", "train_loss", "val_acc1", "telemetry_images_per_s"]
     assert db.epoch_columns([{"b": 1, "a": 2}]) == ["b", "a"]  # nothing known: show everything
 

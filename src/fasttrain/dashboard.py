@@ -94,7 +94,7 @@ def fmt_value(key: str, value: Any) -> str:
 
 def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:
     """The known columns present in the rows, in EPOCH_COLUMNS order; every key when none is known."""
-    present = {k for row in rows for k in row}
+    present = {k for row in rows for k, v in row.items() if v is not None}  # no all-empty columns
     known = [k for k in EPOCH_COLUMNS if k in present]
     if known:
         return known
