@@ -208,3 +208,6 @@ def test_gpu_capability_falls_back_to_the_spec_table() -> None:
     assert (a10g.compute_capability_source, a10g.bf16_supported, a10g.visible_to_torch) == ("torch", True, True)
     hidden = hardware.finish_gpu(GpuInfo(index=1, name="NVIDIA A10G", memory_total_bytes=1, uuid="GPU-2"), seen, True)
     assert hidden.visible_to_torch is False
+    mig = hardware.finish_gpu(GpuInfo(index=0, name="NVIDIA A10G", memory_total_bytes=1, uuid="MIG-9"), seen, True,
+                              by_uuid=False)  # UUIDs that do not compare: matched by name
+    assert (mig.compute_capability, mig.visible_to_torch) == ("8.6", True)

@@ -113,7 +113,7 @@ def shm_space(path: Path = SHM_PATH) -> tuple[int | None, int | None]:
     """(size, free) of /dev/shm in bytes: DataLoader workers hand batches over through it."""
     try:
         st = os.statvfs(path)
-    except OSError:
+    except (OSError, AttributeError):  # no /dev/shm (macOS), no statvfs (Windows)
         return None, None
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
@@ -147,9 +147,9 @@ def probe_env(environ: os._Environ[str] | dict[str, str] = os.environ) -> dict[s
 # ---- GPUs x torch ------------------------------------------------------------------------------------------
 
 def nvidia_device_present(dev: Path = Path("/dev")) -> bool:
-    """A device node the NVIDIA (or Jetson) driver creates: then CUDA may work even when NVML does not."""
+    """A device node of the NVIDIA, Jetson (nvhost), WSL (dxg) or ROCm (kfd) driver: torch.cuda may work there."""
     try:
-        return any(name.startswith(("nvidia", "nvhost", "dxg")) for name in os.listdir(dev))
+        return any(name.startswith(("nvidia", "nvhost", "dxg", "kfd")) for name in os.listdir(dev))
     except OSError:
         return False
 
@@ -171,11 +171,15 @@ def table_capability(name: str) -> str | None:
     return spec.compute_capability if spec else None
 
 
-def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | None) -> GpuInfo:
-    """Compute capability (torch > NVML > spec table), bf16/TF32 from it, and whether torch can see this GPU."""
+def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | None,
+               by_uuid: bool = True) -> GpuInfo:
+    """Compute capability (torch > NVML > spec table), bf16/TF32 from it, and whether torch can see this GPU.
+
+    torch's devices are matched to NVML's by UUID; by name when the UUIDs do not compare (MIG slices, old torch).
+    """
     update: dict[str, object] = {}
     match = next((d for d in torch_devices if gpu.uuid and d.get("uuid") == gpu.uuid), None)
-    if match is None and torch_devices and not gpu.uuid:
+    if match is None and torch_devices and (not gpu.uuid or not by_uuid):
         match = next((d for d in torch_devices if d.get("name") == gpu.name), None)
     if match is not None:
         update.update(compute_capability=match["capability"], compute_capability_source="torch")
@@ -229,7 +233,8 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
         seen, error = finish_child(child) if child is not None else _ask_loaded_torch()
         torch_info = merge_child(torch_info, seen, error)
         devices = list((seen or {}).get("devices") or [])
-    gpus = [finish_gpu(g, devices, torch_info.cuda_available if asked else None) for g in nvml.gpus]
+    by_uuid = any(d.get("uuid") in {g.uuid for g in nvml.gpus} for d in devices)
+    gpus = [finish_gpu(g, devices, torch_info.cuda_available if asked else None, by_uuid) for g in nvml.gpus]
     python = sys.version_info[:2]
     torch_info = combine_torch(torch_info, nvml, gpus, python, cpu_bf16)
     return HardwareReport(

@@ -173,8 +173,8 @@ def _hardware(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, 
 def _batch(rec: Recommendation, gpu: GpuInfo | None, preset: Profile, same: bool) -> int:
     row = batch_for_vram(gpu.memory_total_bytes if gpu else None)
     if same:
-        batch, why = preset.loader.batch_size, (f"the preset's own batch: it was written for this GPU (or CPU) "
-                                                f"and its source measured it there; the generic table says {row.batch_size}")
+        batch, why = preset.loader.batch_size, (f"the preset's own batch: the preset was written for this GPU "
+                                                f"(or CPU), from its source note; the generic table says {row.batch_size}")
     else:
         batch, why = row.batch_size, f"batch by memory table: {row.source}"
     rec.set("loader.batch_size", batch, why)
@@ -198,9 +198,11 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
         raw = ar.batch_bytes(batch, lo.image_size)
         by_shm = next((w for w in range(workers, -1, -1) if ar.loader_shm_bytes(w, prefetch, raw) <= shm * SHM_SHARE), 0)
         if by_shm < workers:
+            wanted_gib = math.ceil(2 * ar.loader_shm_bytes(workers, prefetch, raw) / ar.GIB)
             workers = by_shm
             why.append(f"capped at {by_shm} by /dev/shm ({ar.human_bytes(shm)} free)")
-            rec.notes.append("/dev/shm is small: start the container with --shm-size=8g to use more workers")
+            rec.notes.append(f"/dev/shm is small: start the container with --shm-size={wanted_gib}g to use "
+                             f"{ar.default_workers(cores, WORKER_FRACTION)} workers")
     rec.set("loader.num_workers", workers, "; ".join(why))
     rec.set("loader.prefetch_factor", prefetch if workers else None,
             f"the preset's {prefetch}" if workers else "no workers: nothing to prefetch")
