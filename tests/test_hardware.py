@@ -211,3 +211,10 @@ def test_gpu_capability_falls_back_to_the_spec_table() -> None:
     mig = hardware.finish_gpu(GpuInfo(index=0, name="NVIDIA A10G", memory_total_bytes=1, uuid="MIG-9"), seen, True,
                               by_uuid=False)  # UUIDs that do not compare: matched by name
     assert (mig.compute_capability, mig.visible_to_torch) == ("8.6", True)
+
+
+def test_record_writes_a_fixture_that_loads_back(tmp_path: Path) -> None:
+    path = tmp_path / "this_machine.json"
+    live = hardware.record(path)
+    again = HardwareReport.model_validate_json(path.read_text())
+    assert again.cpu == live.cpu and again.torch == live.torch and again.hostname == live.hostname

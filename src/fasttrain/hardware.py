@@ -245,3 +245,21 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
         disks=disks, env=probe_env(), fasttrain_version=__version__,
         python_version=platform.python_version(), probe_seconds=round(time.perf_counter() - start, 3),
     )
+
+
+def record(path: Path, data_dir: Path | None = None) -> HardwareReport:
+    """Probe this machine and write the bare report as a fixture file (tests/fixtures/reports/<name>.json).
+
+    `python -m fasttrain.hardware FILE.json` does the same; so does `fasttrain doctor --json > FILE.json`
+    (doctor --report-from and the tests read both forms).
+    """
+    import json
+    report = probe(data_dir=data_dir)
+    path.write_text(json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m fasttrain.hardware FILE.json   (records this machine's HardwareReport)")
+    print(f"recorded {record(Path(sys.argv[1])).model_dump()['hostname']} -> {sys.argv[1]}")
