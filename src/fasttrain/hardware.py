@@ -21,7 +21,7 @@ import psutil
 
 from fasttrain import __version__
 from fasttrain.hardware_disk import free_space, read_throughput
-from fasttrain.hardware_nvml import NvmlResult, probe_nvml
+from fasttrain.hardware_nvml import probe_nvml
 from fasttrain.hardware_torch import compile_support, finish_child, merge_child, start_child, static_info
 from fasttrain.report import CpuInfo, DiskInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
@@ -203,8 +203,7 @@ def _ask_loaded_torch() -> tuple[dict | None, str | None]:
         return None, f"torch: {type(exc).__name__}: {exc}"
 
 
-def combine_torch(info: TorchInfo, nvml: NvmlResult, gpus: list[GpuInfo], python: tuple[int, int],
-                  cpu_bf16: bool | None) -> TorchInfo:
+def combine_torch(info: TorchInfo, gpus: list[GpuInfo], python: tuple[int, int], cpu_bf16: bool | None) -> TorchInfo:
     """Add what depends on both: compile support for the device training will use, CPU bf16."""
     caps = [float(g.compute_capability) for g in gpus if g.compute_capability and g.visible_to_torch is not False]
     ok, reason = compile_support(info, python, sys.platform, min(caps) if caps and info.cuda_available else None)
@@ -236,7 +235,7 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
     by_uuid = any(d.get("uuid") in {g.uuid for g in nvml.gpus} for d in devices)
     gpus = [finish_gpu(g, devices, torch_info.cuda_available if asked else None, by_uuid) for g in nvml.gpus]
     python = sys.version_info[:2]
-    torch_info = combine_torch(torch_info, nvml, gpus, python, cpu_bf16)
+    torch_info = combine_torch(torch_info, gpus, python, cpu_bf16)
     return HardwareReport(
         hostname=socket.gethostname(), platform=platform.platform(),
         collected_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

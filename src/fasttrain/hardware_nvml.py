@@ -116,12 +116,18 @@ def _gpu(nv: Any, index: int, exclude: Iterable[int], process_name: Callable[[in
     )
 
 
-def probe_nvml(exclude_pids: Iterable[int] = (), process_name: Callable[[int], str] = lambda pid: "") -> NvmlResult:
-    """All GPUs NVML can see. Never raises: a missing library or driver is reported in `error`."""
-    try:
-        import pynvml as nv
-    except ImportError:
-        return NvmlResult(False, "nvidia-ml-py (pynvml) is not installed")
+def probe_nvml(exclude_pids: Iterable[int] = (), process_name: Callable[[int], str] = lambda pid: "",
+               library: Any = None) -> NvmlResult:
+    """All GPUs NVML can see. Never raises: a missing library or driver is reported in `error`.
+
+    library: the pynvml module (default), or an object with the same functions (tests on GPU-less machines).
+    """
+    nv = library
+    if nv is None:
+        try:
+            import pynvml as nv
+        except ImportError:
+            return NvmlResult(False, "nvidia-ml-py (pynvml) is not installed")
     try:
         nv.nvmlInit()
     except Exception as exc:
