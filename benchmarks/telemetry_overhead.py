@@ -61,6 +61,8 @@ def micro(plan, report) -> dict[str, float]:
     out = {"record": per_call_us(lambda i: tel.record(REC))}
     out["StepRecord(...)"] = per_call_us(_rec)
     out["snapshot"] = per_call_us(lambda i: tel.snapshot())
+    # what the background thread does once per sample_interval_s (1 s): psutil + /proc (+ NVML on a GPU)
+    out["sampler: one sample (bg thread)"] = per_call_us(lambda i: tel.sample_now(), calls=50, repeats=9)
     snap = tel.snapshot()
     for mode in ("plain", "quiet"):
         dash = Dashboard(plan, total_batches=10**6, epochs=1, mode=mode, stream=io.StringIO(), report=report,
@@ -151,6 +153,8 @@ def main() -> None:
     per_step = figures["record"] + figures["snapshot"] + figures["update (live)"]
     redraw_share = figures["live redraw (Rich thread)"] * REFRESH_PER_SECOND / 1e6
     print(f"\nper step, record()+snapshot()+update(live): {per_step:.1f} us = {per_step / 10_000:.2%} of a 10 ms step")
+    print(f"sampler: {figures['sampler: one sample (bg thread)'] / 1000:.2f} ms once a second = "
+          f"{figures['sampler: one sample (bg thread)'] / 1e6:.2%} of one core's time (on its own thread)")
     print(f"live redraws: {figures['live redraw (Rich thread)'] / 1000:.2f} ms x {REFRESH_PER_SECOND}/s = "
           f"{redraw_share:.2%} of one core's time (on Rich's thread)")
 

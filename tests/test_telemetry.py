@@ -199,6 +199,30 @@ def test_sampler_thread_on_cpu_reads_host_ram_and_says_why_no_gpu() -> None:
     assert "cpu" in s["gpu_reason"] and s["nvml_reason"]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_run_rss_counts_the_loader_worker_processes() -> None:
+    import multiprocessing
+
+    import psutil
+
+    from fasttrain.telemetry import _tree_rss_bytes
+
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=lambda: (ready.set(), done.wait(30)))
+    child.start()
+    try:
+        assert ready.wait(30)
+        own = psutil.Process().memory_info().rss
+        kid = psutil.Process(child.pid).memory_info().rss
+        tree = _tree_rss_bytes()
+        assert tree is not None and tree > own
+        assert tree == pytest.approx(own + kid, rel=0.1)
+    finally:
+        done.set()
+        child.join(30)
+
+
 def test_cuda_device_without_gpu_or_nvml_reports_the_reason() -> None:
     reader = GpuReader("cuda", 0)
     assert reader.read() == {}          # this machine has no GPU and no NVML library

@@ -43,6 +43,8 @@ def screen(dash: "Dashboard", snap: dict[str, Any]) -> Group:
     parts: list[Any] = [Text(f"fasttrain  {dash._header()}", style="bold"), _progress(dash, snap)]
     parts += _figures(dash, snap)
     parts += _split(snap)
+    for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
+        part.no_wrap, part.overflow = True, "crop"
     if snap:
         verdict = vd.assess(snap, dash.plan, dash.report)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))

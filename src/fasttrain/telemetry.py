@@ -69,18 +69,48 @@ def _host_sample() -> dict[str, Any]:
         "host_ram_used_bytes": int(vm.total - vm.available),
         "host_ram_available_bytes": int(vm.available),
     }
-    try:
-        me = psutil.Process()
-        rss = me.memory_info().rss
-        for child in me.children(recursive=True):  # DataLoader workers are child processes
-            try:
-                rss += child.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        out["process_rss_bytes"] = int(rss)
-    except Exception:  # noqa: BLE001 - a vanished worker must not kill the sampler
-        pass
+    rss = _tree_rss_bytes()
+    if rss is None:
+        try:
+            rss = int(psutil.Process().memory_info().rss)
+        except Exception:  # noqa: BLE001
+            rss = None
+    if rss is not None:
+        out["process_rss_bytes"] = rss
     return out
+
+
+_PAGE = None
+
+
+def _tree_rss_bytes() -> int | None:
+    """RSS of this process and its direct children (DataLoader workers), from /proc (Linux).
+
+    psutil.Process().children() scans every process on the machine (~10 ms with 100 processes, far more
+    on a busy server) while holding the GIL; /proc/self/task/*/children lists only ours (~0.1 ms).
+    Shared copy-on-write pages count once per process, as in `top`.
+    """
+    global _PAGE
+    try:
+        import glob
+        import os
+
+        if _PAGE is None:
+            _PAGE = os.sysconf("SC_PAGE_SIZE")
+        pids = [str(os.getpid())]
+        for path in glob.glob("/proc/self/task/*/children"):
+            with open(path) as fh:
+                pids += fh.read().split()
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/statm") as fh:
+                    total += int(fh.read().split()[1]) * _PAGE  # second field: resident pages
+            except (OSError, IndexError, ValueError):  # the worker exited meanwhile
+                continue
+        return total
+    except (OSError, ValueError):
+        return None
 
 
 class GpuReader:
