@@ -7,6 +7,7 @@ Imported by the trainer only (torch at the top).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,13 +18,31 @@ from torch.utils.checkpoint import checkpoint
 from fasttrain.plan import Plan
 
 
-def configure_backends(plan: Plan) -> None:
-    """TF32 matmuls/convolutions (Ampere+: fp32 range, 10-bit mantissa, ~1.1x in the A10G note) and
-    cudnn.benchmark (tries conv algorithms once per input shape, then reuses the fastest)."""
+def cpu_threads(workers: int, cores: int | None = None) -> int:
+    """Compute threads for training on the CPU: one core per loader worker is left free.
+
+    torch's default (one OpenMP thread per core) fights the worker processes for the same cores, and
+    OpenMP threads spin while they wait: on the 2-core machine this was 3.7x slower than 1 thread with
+    1 worker (benchmarks/cpu_settings.py, docs/benchmarks.md)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, cores - workers)
+
+
+def configure_backends(plan: Plan) -> list[str]:
+    """TF32 matmuls/convolutions (Ampere+: fp32 range, 10-bit mantissa, ~1.1x in the A10G note),
+    cudnn.benchmark (tries conv algorithms once per input shape, then reuses the fastest) and, on the CPU,
+    the thread count (unless OMP_NUM_THREADS says otherwise). -> notes for the run."""
+    notes: list[str] = []
     torch.set_float32_matmul_precision("high" if plan.tf32 else "highest")
     if torch.cuda.is_available():
         torch.backends.cudnn.allow_tf32 = plan.tf32
         torch.backends.cudnn.benchmark = plan.cudnn_benchmark
+    if plan.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        threads = cpu_threads(plan.workers)
+        torch.set_num_threads(threads)
+        notes.append(f"CPU compute threads: {threads} (cores minus {plan.workers} loader workers; "
+                     "OMP_NUM_THREADS overrides)")
+    return notes
 
 
 class _Checkpointed(nn.Module):
@@ -95,8 +114,7 @@ class CompileGuard:
 def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool,
                   warn: Callable[[str], None]) -> tuple[nn.Module, Callable[..., Any], list[str]]:
     """-> (eager module holding the weights, the callable to run it with, notes)."""
-    notes: list[str] = []
-    configure_backends(plan)
+    notes = configure_backends(plan)
     if activation_checkpointing:
         notes.append("activation checkpointing: " + enable_activation_checkpointing(model))
     model = model.to(plan.device)

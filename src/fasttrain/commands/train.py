@@ -1,0 +1,68 @@
+"""`fasttrain train`: parse flags here; gather/plan/run live in fasttrain/train_run.py (imported lazily,
+so this module, which cli.py imports, never imports torch)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+
+
+def train_cmd(
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", metavar="NAME|FILE",
+                                          help="Preset name or profile YAML; default: the preset that fits this machine."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="NAME|module:callable",
+                                        help="timm/torchvision name, tiny_cnn, or module:callable (default: tiny_cnn "
+                                             "for shapes/synthetic, resnet18 for a folder)."),
+    data: str = typer.Option("shapes", "--data", "-d", metavar="DIR|shapes|synthetic|module:callable",
+                             help="ImageFolder tree, the built-in shapes set, random tensors on the device, or "
+                                  "your own datasets."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", "-e", help="Overrides optim.epochs."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. "
+                                             "--set loader.batch_size=128 (repeatable)."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under --runs-dir (default: "
+                                           "date-time-profile)."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
+    pretrained: bool = typer.Option(False, "--pretrained", help="Start from locally cached timm weights "
+                                    "(never downloads)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds data order, augmentation and initialisation."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the final summary."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan (--dry-run) or the final summary as JSON; "
+                                 "progress goes to stderr."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Overrides loader.image_size."),
+    num_classes: Optional[int] = typer.Option(None, "--num-classes", help="Classes for synthetic data or a "
+                                              "custom dataset that cannot tell."),
+    save_every: Optional[int] = typer.Option(None, "--save-every", metavar="N",
+                                             help="Also keep a checkpoint every N epochs (last.pt and best.pt "
+                                                  "are always written)."),
+    strict_data: bool = typer.Option(False, "--strict-data", help="Stop at the first unreadable image instead "
+                                     "of skipping and counting it."),
+) -> None:
+    """Train a model with the profile's speed settings, showing where each step's time goes."""
+    from fasttrain import train_run
+    from fasttrain.render import console, print_json
+
+    args = train_run.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
+                               run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
+                               seed=seed, quiet=quiet, json=as_json, image_size=image_size,
+                               num_classes=num_classes, save_every=save_every, strict_data=strict_data)
+    prep = train_run.prepare(args)
+    if dry_run:
+        from fasttrain.models import create_model
+        create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
+        view = train_run.plan_view(prep)
+        if as_json:
+            print_json(view)
+        else:
+            out = console()
+            for line in train_run.plan_lines(view):
+                out.print(line, markup=False)
+        return
+    summary = train_run.execute(prep)
+    if as_json:
+        print_json(summary)

@@ -1,0 +1,273 @@
+"""`fasttrain train` behind the command line: gather -> plan -> run, returning plain data to render.
+
+gather: resolve the profile (flags > --set > env > file), probe the machine, open the data, build the model.
+compute: make_plan() (pure, plan.py). run: the Trainer with telemetry, dashboard and run log.
+Imported lazily by commands/train.py, so torch is imported only when a training actually starts.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fasttrain import presets
+from fasttrain.errors import Problem, UserError
+from fasttrain.plan import Plan, make_plan
+from fasttrain.presets import Resolved
+from fasttrain.report import HardwareReport
+
+# Model used when --model is not given, by kind of data.
+DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
+
+
+@dataclass
+class TrainArgs:
+    profile: str | None = None
+    model: str | None = None
+    data: str = "shapes"
+    epochs: int | None = None
+    sets: list[str] = field(default_factory=list)
+    run_name: str | None = None
+    runs_dir: Path = Path("runs")
+    dry_run: bool = False
+    pretrained: bool = False
+    seed: int = 0
+    quiet: bool = False
+    json: bool = False
+    image_size: int | None = None
+    num_classes: int | None = None
+    save_every: int | None = None
+    strict_data: bool = False
+
+
+@dataclass
+class Prepared:
+    args: TrainArgs
+    resolved: Resolved
+    report: HardwareReport
+    plan: Plan
+    bundle: Any
+    model_name: str
+    profile_ref: str
+    profile_reason: str
+
+
+def probe() -> HardwareReport:
+    try:
+        from fasttrain.hardware import probe as hardware_probe
+    except ImportError:  # the doctor's probe has not landed yet: a minimal local report
+        return _local_report()
+    return hardware_probe()
+
+
+def _local_report() -> HardwareReport:
+    import shutil
+
+    import psutil
+    import torch
+
+    from fasttrain.report import CpuInfo, MemoryInfo, TorchInfo
+    vm = psutil.virtual_memory()
+    cc = shutil.which("gcc") or shutil.which("cc")
+    return HardwareReport(
+        memory=MemoryInfo(ram_total_bytes=vm.total, ram_available_bytes=vm.available),
+        cpu=CpuInfo(logical_cores=os.cpu_count() or 1, usable_cores=len(os.sched_getaffinity(0))),
+        torch=TorchInfo(version=torch.__version__, cuda_available=torch.cuda.is_available(),
+                        device_count=torch.cuda.device_count(), cpu_only_build=torch.version.cuda is None,
+                        c_compiler=cc, compile_ok=cc is not None,
+                        compile_reason="" if cc else "no C compiler for inductor"))
+
+
+def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
+    if args.profile:
+        return args.profile, "--profile"
+    from fasttrain.recommend import best_preset
+    name = best_preset(report)
+    return name, "fits this machine (fasttrain.recommend.best_preset)"
+
+
+def flag_overrides(args: TrainArgs) -> dict[str, tuple[str, Any]]:
+    flags: dict[str, tuple[str, Any]] = {}
+    if args.epochs is not None:
+        flags["optim.epochs"] = ("--epochs", args.epochs)
+    if args.image_size is not None:
+        flags["loader.image_size"] = ("--image-size", args.image_size)
+    return flags
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def prepare(args: TrainArgs) -> Prepared:
+    """Everything up to the plan; every bad input raises UserError before any training starts."""
+    for flag, value in (("--epochs", args.epochs), ("--image-size", args.image_size),
+                        ("--num-classes", args.num_classes), ("--save-every", args.save_every)):
+        if value is not None and value < 1:
+            raise UserError([Problem(flag, "must be at least 1", value=value)])
+    report = probe()
+    ref, reason = choose_profile(args, report)
+    resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args))
+    profile = resolved.profile
+    from fasttrain.datasets import build_datasets
+    bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
+                            seed=args.seed, strict=args.strict_data, num_classes=args.num_classes)
+    if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
+        raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
+                                 "drop --num-classes for image folders", args.num_classes)])
+    plan = make_plan(profile, report, dataset_size=bundle.train_size)
+    if plan.iterations_per_epoch == 0:
+        raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
+                                 "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
+                                 plan.batch_size)])
+    model_name = args.model or _default_model(args.data, bundle.kind)
+    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason)
+
+
+def _default_model(spec: str, kind: str) -> str:
+    if spec in DEFAULT_MODELS:
+        return DEFAULT_MODELS[spec]
+    if kind == "custom":
+        raise UserError([Problem("--model", "required with --data module:callable",
+                                 "name a timm/torchvision model or give module:callable for your own")])
+    return DEFAULT_MODELS["images"]
+
+
+def plan_view(prep: Prepared) -> dict[str, Any]:
+    """What --dry-run shows (and --json prints): the plan, where the profile came from, data and model."""
+    p = prep.plan
+    return {
+        "profile": prep.profile_ref, "profile_reason": prep.profile_reason, "sources": prep.resolved.chain,
+        "model": prep.model_name,
+        "data": {"spec": prep.args.data, "kind": prep.bundle.kind, "source": str(prep.bundle.source),
+                 "num_classes": prep.bundle.num_classes, "train_size": prep.bundle.train_size,
+                 "val_size": getattr(prep.bundle, "val_size", 0)},
+        "epochs": prep.resolved.profile.optim.epochs,
+        "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
+        "plan": p.to_dict(),
+        "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
+    }
+
+
+def plan_lines(view: dict[str, Any]) -> list[str]:
+    p = view["plan"]
+    d = view["data"]
+    lines = [
+        f"profile      {view['profile']} ({view['profile_reason']})",
+        f"device       {p['device']}: {p['device_reason']}",
+        f"precision    {p['precision']} (asked {p['precision_requested']}: {p['precision_reason']})",
+        f"compile      {'on, mode ' + p['compile_mode'] if p['compile'] else 'off'} ({p['compile_reason']})",
+        f"speed        channels_last={p['channels_last']} tf32={p['tf32']} cudnn_benchmark={p['cudnn_benchmark']} "
+        f"fused_optimizer={p['fused_optimizer']}",
+        f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x {p['world_size']} "
+        f"devices = effective batch {p['effective_batch']}",
+        f"LR           {view['optimizer']} {p['base_lr']:g} @ base batch -> scaled LR {p['scaled_lr']:.4g}, "
+        f"schedule {view['schedule']}",
+        f"workers      {p['workers']} (asked {p['workers_requested']}: {p['workers_reason']}), "
+        f"prefetch {p['prefetch_factor']}, pin_memory={p['pin_memory']}",
+        f"data         {d['spec']} ({d['kind']}): {d['train_size']} train / {d['val_size']} val, "
+        f"{d['num_classes']} classes, {p['image_size']} px",
+        f"iterations   {p['iterations_per_epoch']} per epoch x {view['epochs']} epochs",
+        f"model        {view['model']}",
+    ]
+    lines += [f"note         {n}" for n in view["notes"]]
+    return lines
+
+
+def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
+    """Train; returns the summary (also written to summary.json)."""
+    import torch
+
+    from fasttrain.checkpoint import CheckpointPolicy
+    from fasttrain.dashboard import Dashboard, choose_mode
+    from fasttrain.datasets import SyntheticBatches
+    from fasttrain.models import create_model
+    from fasttrain.runlog import RunLog, new_run_dir
+    from fasttrain.telemetry import Telemetry
+    from fasttrain.trainer import Collaborators, Trainer
+
+    args, plan, bundle, profile = prep.args, prep.plan, prep.bundle, prep.resolved.profile
+    stream = stream if stream is not None else (sys.stderr if args.json else sys.stdout)
+    seed_everything(args.seed)
+    model = create_model(prep.model_name, bundle.num_classes, pretrained=args.pretrained)
+    epochs = profile.optim.epochs
+    epoch_sampler, train_loader, val_loader = None, None, None
+    if bundle.kind == "synthetic":
+        train_loader = SyntheticBatches(plan.batch_size, plan.image_size, bundle.num_classes, plan.device,
+                                        steps=plan.iterations_per_epoch or 1, seed=args.seed)
+    else:
+        from fasttrain.loaders import build_loaders
+        from fasttrain.sampler import EpochSampler
+        epoch_sampler = EpochSampler(bundle.train_size, seed=args.seed, shuffle=True, drop_last=plan.drop_last)
+        train_loader, val_loader = build_loaders(bundle, plan, seed=args.seed, epoch_sampler=epoch_sampler)
+    batches = len(train_loader)
+    run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"))
+    runlog = RunLog(run_dir)
+    runlog.write_profile(profile.model_dump(mode="json"),
+                         header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
+    mode = "quiet" if args.quiet else ("plain" if args.json else choose_mode(False, stream))
+    telemetry = Telemetry(plan.device)
+    from fasttrain.transforms import make_mixup
+    mixup = make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None
+    warnings: list[str] = []
+    started = time.perf_counter()
+    with Dashboard(plan, total_batches=batches * epochs, epochs=epochs, mode=mode, stream=stream,
+                   report=prep.report, telemetry=telemetry) as dash:
+        for note in plan_view(prep)["notes"]:
+            dash.message(f"note: {note}")
+        trainer = Trainer(plan, profile.optim, model, steps_per_epoch=batches,
+                          activation_checkpointing=profile.speed.activation_checkpointing, mixup=mixup,
+                          profile=profile,
+                          collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog,
+                                                      checkpoints=CheckpointPolicy(run_dir, args.save_every),
+                                                      warn=warnings.append),
+                          extra_state=(lambda: {"sampler": epoch_sampler.state_dict()}) if epoch_sampler else None)
+        try:
+            result = trainer.fit(train_loader, val_loader, epochs,
+                                 set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)
+        except BaseException:
+            runlog.close()
+            raise
+        summary = _summary(prep, result, run_dir, time.perf_counter() - started, bundle, torch)
+        runlog.write_summary(summary)
+        runlog.close()
+        dash.close(_short(summary))
+    return summary
+
+
+def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: Any, torch: Any) -> dict[str, Any]:
+    last = result.history[-1] if result.history else {}
+    images = sum(r.get("train_images", 0) for r in result.history)
+    train_s = sum(r.get("train_s", 0.0) for r in result.history)
+    return {
+        "run_dir": str(run_dir), "profile": prep.profile_ref, "model": prep.model_name, "data": prep.args.data,
+        "device": prep.plan.device, "precision": prep.plan.precision,
+        "epochs_run": result.epochs_run, "stopped_early": result.stopped_early,
+        "final_val_acc1": last.get("val_acc1"), "final_val_acc5": last.get("val_acc5"),
+        "final_val_loss": last.get("val_loss"), "final_train_loss": last.get("train_loss"),
+        "best_val_acc1": result.best_acc1, "best_epoch": result.best_epoch,
+        "train_images_per_s": images / train_s if train_s else None,
+        "wall_s": wall_s, "fit_s": result.wall_s,
+        "checkpoint_last": str(run_dir / "last.pt"),
+        "checkpoint_best": str(run_dir / "best.pt") if (run_dir / "best.pt").exists() else None,
+        "bad_files": len(bundle.bad_files()) if hasattr(bundle, "bad_files") else 0,
+        "sanity_check": result.sanity, "notes": result.notes, "history": result.history,
+        "torch": torch.__version__, "seed": prep.args.seed,
+    }
+
+
+def _short(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the dashboard prints at the end (the full summary is in summary.json)."""
+    keys = ("run_dir", "epochs_run", "final_val_acc1", "final_val_acc5", "best_val_acc1", "best_epoch",
+            "train_images_per_s", "wall_s", "checkpoint_last", "bad_files")
+    return {k: summary[k] for k in keys if summary.get(k) is not None}
+
+

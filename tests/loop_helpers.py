@@ -1,0 +1,49 @@
+"""Helpers shared by the loop's tests: a CPU plan from a recorded report, tiny models, tiny image folders."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def cpu_report() -> Any:
+    from fasttrain.report import HardwareReport
+    return HardwareReport.model_validate(json.loads((FIXTURES / "reports" / "cpu_only.json").read_text()))
+
+
+def cpu_plan(**sections: dict[str, Any]) -> tuple[Any, Any]:
+    """(plan, profile) for the CPU from Profile defaults plus `sections`, e.g. speed={"precision": "fp32"}."""
+    from fasttrain.plan import make_plan
+    from fasttrain.profile import Profile
+    data = {"loader": {"batch_size": 4, "num_workers": 0, "image_size": 16}, **sections}
+    profile = Profile.model_validate(data)
+    report = cpu_report()
+    report.torch.compile_ok = True
+    return make_plan(profile, report), profile
+
+
+def tiny_mlp(in_features: int = 12, classes: int = 3, seed: int = 0) -> Any:
+    """No batch norm: its batch statistics would make accumulation differ from one large batch."""
+    import torch
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(in_features, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, classes))
+
+
+def write_image_folder(root: Path, classes: int = 3, train_per_class: int = 8, val_per_class: int = 4,
+                       size: int = 16) -> Path:
+    """Real PNG files in ImageFolder layout; each class has its own colour, so it is learnable."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    colours = [(220, 30, 30), (30, 220, 30), (30, 30, 220), (220, 220, 30), (30, 220, 220)]
+    for split, n in (("train", train_per_class), ("val", val_per_class)):
+        for c in range(classes):
+            folder = root / split / f"class{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                pixels = np.clip(np.array(colours[c]) + rng.normal(0, 20, (size, size, 3)), 0, 255).astype("uint8")
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root

@@ -1,0 +1,78 @@
+"""checkpoint.py: atomic writes, what a checkpoint holds, and clear errors for bad files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fasttrain import checkpoint as ck
+from fasttrain.errors import UserError
+from loop_helpers import tiny_mlp
+
+
+def _payload(model: torch.nn.Module) -> dict:
+    return {"model": model.state_dict(), "epoch": 3, "rng": ck.rng_states()}
+
+
+def test_round_trip_restores_weights_and_versions(tmp_path: Path) -> None:
+    src = tiny_mlp(seed=1)
+    path = ck.save_atomic(_payload(src), tmp_path / "run" / "last.pt")
+    payload = ck.load(path)
+    assert payload["epoch"] == 3 and payload["versions"]["torch"] == torch.__version__
+    dst = tiny_mlp(seed=2)
+    ck.load_model_state(dst, payload, path)
+    for a, b in zip(src.state_dict().values(), dst.state_dict().values()):
+        assert torch.equal(a, b)
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"], "a temporary file was left behind"
+
+
+def test_rng_states_come_back(tmp_path: Path) -> None:
+    torch.manual_seed(5)
+    path = ck.save_atomic({"rng": ck.rng_states()}, tmp_path / "c.pt")
+    expected = torch.rand(3)
+    ck.restore_rng_states(ck.load(path)["rng"])
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    path = ck.save_atomic(_payload(tiny_mlp()), tmp_path / "last.pt")
+    before = path.read_bytes()
+    with pytest.raises(Exception):
+        ck.save_atomic({"model": lambda: None}, path)  # a lambda cannot be pickled: torch.save fails midway
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_truncated_file_is_a_user_error_naming_it_and_the_previous_one(tmp_path: Path) -> None:
+    good = ck.save_atomic(_payload(tiny_mlp()), tmp_path / "epoch_0001.pt")
+    bad = tmp_path / "last.pt"
+    bad.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(UserError) as err:
+        ck.load(bad)
+    text = str(err.value)
+    assert str(bad) in text and "truncated" in text and "epoch_0001.pt" in text
+
+
+def test_foreign_file_and_missing_file(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.pt"
+    torch.save({"state": 1}, foreign)
+    with pytest.raises(UserError, match="not a fasttrain checkpoint"):
+        ck.load(foreign)
+    with pytest.raises(UserError, match="no such checkpoint"):
+        ck.load(tmp_path / "nope.pt")
+
+
+def test_shape_mismatch_names_the_file_and_the_tensor(tmp_path: Path) -> None:
+    path = ck.save_atomic(_payload(tiny_mlp(classes=3)), tmp_path / "best.pt")
+    with pytest.raises(UserError) as err:
+        ck.load_model_state(tiny_mlp(classes=5), ck.load(path), path)
+    assert str(path) in str(err.value) and "3.weight" in str(err.value)
+
+
+def test_policy_writes_last_best_and_every_n(tmp_path: Path) -> None:
+    policy = ck.CheckpointPolicy(tmp_path, every_epochs=2)
+    payload = _payload(tiny_mlp())
+    policy.save_epoch(payload, epoch=0, is_best=True)
+    policy.save_epoch(payload, epoch=1, is_best=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch_0002.pt", "last.pt"]

@@ -1,0 +1,49 @@
+"""precision.py: what each precision name builds, and that fp16/bf16 autocast steps run on the CPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fasttrain.optim import LRSchedule, build_optimizer
+from fasttrain.precision import make_precision
+from fasttrain.profile import OptimSpec
+from fasttrain.step import StepEngine
+from loop_helpers import tiny_mlp
+
+
+def _engine(precision_name: str) -> StepEngine:
+    model = tiny_mlp()
+    opt = build_optimizer(model, OptimSpec(optimizer="sgd", momentum=0.0), 0.1, fused=False)
+    sched = LRSchedule(opt, 0.1, total_steps=10, warmup_steps=0, schedule="constant")
+    return StepEngine(model, model, opt, make_precision(precision_name, "cpu", init_scale=256.0), sched,
+                      device=torch.device("cpu"), channels_last=False, non_blocking=False, clip_grad_norm=1.0)
+
+
+def test_fp32_has_neither_autocast_nor_scaler() -> None:
+    p = make_precision("fp32", "cpu")
+    assert p.dtype is None and p.scaler is None and p.scale is None
+    with p.autocast():
+        assert torch.nn.Linear(4, 2)(torch.randn(3, 4)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name,dtype,scaled", [("bf16-mixed", torch.bfloat16, False),
+                                               ("fp16-mixed", torch.float16, True)])
+def test_mixed_precision_autocasts_and_trains_on_cpu(name: str, dtype: torch.dtype, scaled: bool) -> None:
+    p = make_precision(name, "cpu")
+    assert p.dtype == dtype and (p.scaler is not None) == scaled
+    with p.autocast():
+        assert torch.nn.Linear(4, 2)(torch.randn(3, 4)).dtype == dtype
+    engine = _engine(name)
+    before = [t.detach().clone() for t in engine.module.parameters()]
+    x, y = torch.randn(8, 12), torch.randint(0, 3, (8,))
+    loss = engine.forward_backward(x, y, window=1)
+    norm = engine.optimizer_step(want_norm=True)
+    assert torch.isfinite(loss) and norm is not None and torch.isfinite(norm)
+    assert any(not torch.equal(b, a) for b, a in zip(before, engine.module.parameters())), "weights did not move"
+    if scaled:
+        assert engine.precision.scale == 256.0  # a finite step keeps the scale (growth needs 2000 good steps)
+
+
+def test_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match="fp8"):
+        make_precision("fp8", "cpu")

@@ -1,0 +1,214 @@
+"""trainer.py / step.py: the loop's arithmetic and its speed paths, on the CPU with tiny models."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fasttrain.step import window_length
+from fasttrain.trainer import Collaborators, Trainer, run_synthetic_steps
+from loop_helpers import cpu_plan, tiny_mlp
+
+SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,
+             "base_batch": 8}
+
+
+def _batches(n: int, size: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, 12, generator=g), torch.randint(0, 3, (size,), generator=g)) for _ in range(n)]
+
+
+def _reference_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
+    model.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+
+
+def test_window_length_handles_a_final_partial_window() -> None:
+    assert [window_length(i, 5, 2) for i in range(5)] == [(2, False), (2, True), (2, False), (2, True), (1, True)]
+    assert [window_length(i, 3, 1) for i in range(3)] == [(1, True)] * 3
+
+
+def test_accumulation_equals_one_large_batch() -> None:
+    plan, profile = cpu_plan(loader={"batch_size": 2, "num_workers": 0, "image_size": 16},
+                             optim={**SGD_PLAIN, "accumulation_steps": 4})
+    assert plan.effective_batch == 8 and plan.scaled_lr == pytest.approx(0.5)
+    model = tiny_mlp()
+    reference = copy.deepcopy(model)
+    micro = _batches(4, 2)
+    Trainer(plan, profile.optim, model, steps_per_epoch=4).train_epoch(micro, epoch=0)
+    _reference_step(reference, torch.cat([b[0] for b in micro]), torch.cat([b[1] for b in micro]), 0.5)
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_final_partial_window_divides_by_its_real_length() -> None:
+    plan, profile = cpu_plan(loader={"batch_size": 2, "num_workers": 0, "image_size": 16},
+                             optim={**SGD_PLAIN, "accumulation_steps": 2})
+    model = tiny_mlp()
+    reference = copy.deepcopy(model)
+    batches = _batches(3, 2, seed=1)
+    trainer = Trainer(plan, profile.optim, model, steps_per_epoch=3)
+    trainer.train_epoch(batches, epoch=0)
+    assert trainer.schedule.step == 2  # two optimizer steps: a full window and a window of one batch
+    lr = plan.scaled_lr
+    _reference_step(reference, torch.cat([batches[0][0], batches[1][0]]), torch.cat([batches[0][1], batches[1][1]]), lr)
+    _reference_step(reference, *batches[2], lr)
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_clipping_sees_unscaled_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp16 with a GradScaler (forced on the CPU): clip_grad_norm_ must run after unscale_."""
+    plan, profile = cpu_plan(optim={**SGD_PLAIN, "clip_grad_norm": 1e6})
+    plan.precision = "fp16-mixed"  # the plan would fall back to fp32 on a CPU; the loop honours what it is given
+    model = tiny_mlp()
+    x, y = _batches(1, 8, seed=2)[0]
+    with torch.autocast("cpu", dtype=torch.float16):  # the true gradient, under the same autocast
+        probe = copy.deepcopy(model)
+        loss = F.cross_entropy(probe(x).float(), y)
+    loss.backward()
+    true_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in probe.parameters()])).item()
+    seen: list[float] = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        params = list(params)
+        seen.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item())
+        return real_clip(params, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    trainer = Trainer(plan, profile.optim, model, steps_per_epoch=1)
+    assert trainer.precision.scaler is not None and trainer.precision.scale == 2.0 ** 16
+    trainer.train_epoch([(x, y)], epoch=0)
+    assert len(seen) == 1
+    assert seen[0] == pytest.approx(true_norm, rel=2e-2), "clip saw scaled gradients (clip before unscale)"
+
+
+def test_clipping_limits_the_update() -> None:
+    plan, profile = cpu_plan(optim={**SGD_PLAIN, "clip_grad_norm": 1e-3})
+    model = tiny_mlp()
+    before = [p.detach().clone() for p in model.parameters()]
+    Trainer(plan, profile.optim, model, steps_per_epoch=1).train_epoch(_batches(1, 8), epoch=0)
+    moved = torch.linalg.vector_norm(torch.stack([(p - b).norm() for p, b in zip(model.parameters(), before)]))
+    assert moved.item() == pytest.approx(plan.scaled_lr * 1e-3, rel=1e-3)  # lr x max_norm
+
+
+def _separable(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """3 classes, each a bright 4x4 patch in its own place on a 3x8x8 image."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        y = torch.randint(0, 3, (8,), generator=g)
+        x = torch.randn(8, 3, 8, 8, generator=g) * 0.3
+        for i, c in enumerate(y.tolist()):
+            x[i, :, 2 * c:2 * c + 4, 2 * c:2 * c + 4] += 2.0
+        out.append((x, y))
+    return out
+
+
+def _conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(2),
+                               torch.nn.Flatten(), torch.nn.Linear(32, 3))
+
+
+def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
+    plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 8},
+                             optim={"optimizer": "adamw", "base_lr": 0.01, "base_batch": 8, "epochs": 4},
+                             speed={"channels_last": True, "precision": "bf16-mixed"})
+    assert plan.precision == "bf16-mixed" and plan.channels_last
+    train, val = _separable(12, 0), _separable(4, 1)
+
+    class Log:
+        steps: list[dict] = []
+        epochs: list[dict] = []
+
+        def log_step(self, row: dict) -> None:
+            self.steps.append(row)
+
+        def log_epoch(self, row: dict) -> None:
+            self.epochs.append(row)
+
+    log = Log()
+    from fasttrain.checkpoint import CheckpointPolicy
+    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=len(train), profile=profile,
+                      collaborators=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
+    assert trainer.model.training and next(trainer.model.parameters()).is_contiguous(memory_format=torch.channels_last)
+    result = trainer.fit(train, val, epochs=4)
+    losses = [row["train_loss"] for row in result.history]
+    assert losses[-1] < 0.5 * losses[0]
+    assert result.history[-1]["val_acc1"] >= 0.9 and result.history[-1]["val_acc5"] is None  # 3 classes: no acc@5
+    assert result.sanity is not None and result.sanity["val_images"] == 16  # 2 batches before epoch 1
+    assert len(log.epochs) == 4 and log.steps[0]["loss"] is not None
+    assert {"last.pt", "best.pt"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_compiled_channels_last_model_trains() -> None:
+    plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 8},
+                             optim={"optimizer": "sgd", "base_lr": 0.05, "base_batch": 8, "schedule": "constant"},
+                             speed={"compile": True, "channels_last": True})
+    assert plan.compile
+    warnings: list[str] = []
+    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=3,
+                      collaborators=Collaborators(warn=warnings.append))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train_epoch(_separable(3, 0), epoch=0)
+    assert warnings == [], warnings
+    assert trainer.engine.runner.active, "fell back to eager"
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fasttrain.model_setup as ms
+
+    def broken_compile(module, mode=None):  # noqa: ANN001 - behaves like a backend that fails at first call
+        def call(*args):  # noqa: ANN002
+            raise RuntimeError("inductor: no C++ compiler found")
+        return call
+
+    monkeypatch.setattr(ms.torch, "compile", broken_compile)
+    plan, profile = cpu_plan(optim={**SGD_PLAIN}, speed={"compile": True})
+    warnings: list[str] = []
+    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=2,
+                      collaborators=Collaborators(warn=warnings.append))
+    trainer.train_epoch(_batches(2, 4), epoch=0)
+    assert len(warnings) == 1 and "failed, training eager" in warnings[0] and "no C++ compiler" in warnings[0]
+    assert trainer.schedule.step == 2
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    plan, profile = cpu_plan(optim={**SGD_PLAIN})
+    x, y = _separable(1, 3)[0]
+    plain = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=1)
+    ckpt = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=1, activation_checkpointing=True)
+    assert any("checkpoint" in n for n in ckpt.notes)
+    plain.train_epoch([(x, y)], epoch=0)
+    ckpt.train_epoch([(x, y)], epoch=0)
+    for a, b in zip(plain.model.state_dict().values(), ckpt.model.state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
+def test_diverged_training_fails_the_job() -> None:
+    from fasttrain.errors import JobFailed
+    plan, profile = cpu_plan(optim={**SGD_PLAIN})
+    x, y = _batches(1, 4)[0]
+    with pytest.raises(JobFailed, match="diverged"):
+        Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=1).train_epoch([(x * float("nan"), y)], epoch=0)
+
+
+def test_run_synthetic_steps_reports_throughput() -> None:
+    plan, _ = cpu_plan(loader={"batch_size": 4, "num_workers": 0, "image_size": 16})
+    from fasttrain.tiny_models import tiny_cnn
+    out = run_synthetic_steps(plan, tiny_cnn(num_classes=5, width=4), image_size=16, num_classes=5, steps=3,
+                              warmup_steps=1)
+    assert set(out) == {"images_per_s", "step_time_s", "peak_memory_bytes"}
+    assert out["images_per_s"] > 0 and out["step_time_s"] > 0 and out["peak_memory_bytes"] > 0
+    assert out["images_per_s"] == pytest.approx(4 / out["step_time_s"])
+    json.dumps(out)
