@@ -119,8 +119,12 @@ def find_knee(points: list[Point], fraction: float = KNEE_FRACTION) -> Point:
 def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE_FRACTION) -> tuple[Point, str]:
     """The knee among settings whose measured RAM fits the budget; within the chosen worker count the smallest
     prefetch reaching `fraction` of that count's best (more prefetch only holds more batches in RAM).
+    Worker processes are preferred over 0 workers whenever one fits: their loading overlaps the training step.
     -> (setting, reason in words)."""
     fitting = [p for p in points if p.ram_bytes <= ram_budget_bytes]
+    # 0 workers load in the training process itself: no overlap with the step, whatever its rate alone.
+    overlapping = [p for p in fitting if p.workers > 0]
+    fitting = overlapping or fitting
     if not fitting:
         least = min(points, key=lambda p: p.ram_bytes)
         return least, (f"no setting fits the {_gib(ram_budget_bytes)} RAM budget; the leanest "
@@ -129,7 +133,7 @@ def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE
     same = [p for p in fitting if p.workers == knee.workers and p.images_per_s >= fraction * knee.images_per_s]
     choice = min(same, key=lambda p: p.prefetch or 0)
     top = max(p.images_per_s for p in fitting)
-    dropped = len(points) - len(fitting)
+    dropped = sum(1 for p in points if p.ram_bytes > ram_budget_bytes)
     reason = (f"fewest workers reaching {fraction:.0%} of the best rate ({top:.0f} img/s)"
               + (f"; {dropped} settings over the {_gib(ram_budget_bytes)} RAM budget left out" if dropped else
                  f"; RAM {_gib(choice.ram_bytes)} within the {_gib(ram_budget_bytes)} budget"))

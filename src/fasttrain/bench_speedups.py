@@ -154,6 +154,16 @@ def claims_text(setting: str, claims: list[dict[str, str]]) -> tuple[float | Non
     return float(rows[0]["claimed_speedup"]), "; ".join(parts)
 
 
+def claims_short(setting: str, claims: list[dict[str, str]]) -> str:
+    """"2-3x (4 notes)" or "1.5x (aggressive-a10g-imagenet)": the range over every note, for narrow tables."""
+    rows = [r for r in claims if r["setting"] == setting and r["claimed_speedup"]]
+    if not rows:
+        return "none"
+    low, high = min(float(r["low"]) for r in rows), max(float(r["high"]) for r in rows)
+    figure = f"{low:g}x" if low == high else f"{low:g}-{high:g}x"
+    return f"{figure} ({rows[0]['source'].removesuffix('.md')})" if len(rows) == 1 else f"{figure} ({len(rows)} notes)"
+
+
 # -- summaries (pure) ----------------------------------------------------------------------------------
 def summarize(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     """rounds: [{config: images/s}] -> per config: median images/s, speed-up (median over rounds of the ratio
@@ -192,7 +202,8 @@ def speedup_rows(summary: dict[str, dict[str, float]], variants: list[Variant], 
     for name in order:
         claimed, claim_text = claims_text(name, claims) if name != BASELINE else (None, "")
         row: dict[str, Any] = {"setting": name, "label": LABELS[name], "claimed_speedup": claimed,
-                               "claimed": claim_text, "note": notes.get(name, "")}
+                               "claimed": claim_text, "claimed_short": claims_short(name, claims) if claim_text else "",
+                               "note": notes.get(name, "")}
         if name in summary:
             s = summary[name]
             row.update(status="measured", images_per_s=s["images_per_s"], speedup=s["speedup"],

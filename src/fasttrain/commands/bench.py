@@ -162,10 +162,12 @@ def _render_speedups(result: dict[str, Any], path: Path) -> None:
         label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
         if r["status"] == "measured":
             table.add_row(label, f"{r['images_per_s']:.1f}", f"{r['speedup']:.2f}x",
-                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed"], r["verdict"])
+                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed_short"], r["verdict"])
         else:
-            table.add_row(label, "-", "skipped", "", r["claimed"], r["reason"])
+            table.add_row(label, "-", "skipped", "", r["claimed_short"], r["reason"])
     con.print(table)
+    con.print("claims: " + "; ".join(f"{r['setting']}: {r['claimed']}" for r in result["rows"]
+                                     if r.get("claimed_speedup")))
     total = next((r for r in result["rows"] if r["setting"] == "all" and r["status"] == "measured"), None)
     if total is not None:
         product = result.get("product_of_singles")

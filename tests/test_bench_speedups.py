@@ -1,0 +1,143 @@
+"""bench speedups: which settings run where (recorded reports), table assembly, claims, and one real CPU run."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from fasttrain import bench_speedups as bsp
+from fasttrain.profile import LoaderSpec, Profile
+from fasttrain.report import HardwareReport
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+
+
+def report(name: str) -> HardwareReport:
+    return HardwareReport.model_validate_json((REPORTS / f"{name}.json").read_text())
+
+
+def profile(batch: int = 8, size: int = 16) -> Profile:
+    return Profile(loader=LoaderSpec(batch_size=batch, num_workers=0, image_size=size))
+
+
+def names(items: list) -> list[str]:
+    return [i.name for i in items]
+
+
+def test_cpu_skips_cuda_only_settings_with_the_plans_reasons() -> None:
+    base, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"))
+    reasons = {s.name: s.reason for s in skipped}
+    assert set(reasons) == {"fp16", "tf32", "cudnn_benchmark"}
+    assert "GradScaler" in reasons["fp16"] and "CPU" in reasons["fp16"]
+    assert "Ampere" in reasons["tf32"] and "CUDA" in reasons["cudnn_benchmark"]
+    assert names(variants) == ["bf16", "channels_last", "compile", "fused_optimizer", "larger_batch"]
+    by = {v.name: v.plan for v in variants}
+    assert base.plan.precision == "fp32" and not base.plan.compile and not base.plan.fused_optimizer
+    assert by["bf16"].precision == "bf16-mixed" and by["channels_last"].channels_last
+    assert by["larger_batch"].batch_size == 12  # the aggressive note's 1.5x (256 -> 384)
+    # each variant changes exactly one thing from the baseline
+    for v in variants:
+        changed = {k for k, val in v.plan.to_dict().items() if val != base.plan.to_dict()[k]} - {
+            "precision_reason", "compile_reason", "effective_batch"}
+        assert len(changed) == 1 or changed == {"compile", "compile_mode"}, (v.name, changed)
+    assert "CUDA only" in next(v.note for v in variants if v.name == "fused_optimizer")
+
+
+def test_compile_is_skipped_when_the_probe_says_it_cannot_work() -> None:
+    rep = report("cpu_only")
+    rep.torch.compile_ok, rep.torch.compile_reason = False, "no C compiler for inductor"
+    _, variants, skipped = bsp.plan_variants(profile(), rep)
+    assert "compile" not in names(variants)
+    assert any(s.name == "compile" and "no C compiler" in s.reason for s in skipped)
+
+
+def test_gpu_reports_run_the_gpu_settings() -> None:
+    _, variants, skipped = bsp.plan_variants(profile(), report("a10g"))
+    assert {"fp16", "bf16", "tf32", "cudnn_benchmark", "compile"} <= set(names(variants)) and not skipped
+    _, variants, skipped = bsp.plan_variants(profile(), report("t4_kaggle"))
+    reasons = {s.name: s.reason for s in skipped}
+    assert "bf16" in reasons and "Tesla T4" in reasons["bf16"]  # no bf16 on a T4: the plan's fp16 fallback
+    assert "tf32" in reasons and "fp16" in names(variants)
+
+
+def test_all_together_uses_fp16_when_it_ran_else_bf16() -> None:
+    base, variants, _ = bsp.plan_variants(profile(), report("a10g"))
+    both = bsp.combined(base, variants)
+    assert both.plan.precision == "fp16-mixed" and both.plan.tf32 and both.plan.channels_last
+    assert both.plan.compile and both.plan.fused_optimizer and both.plan.batch_size == 12
+    cpu_base, cpu_variants, _ = bsp.plan_variants(profile(), report("cpu_only"))
+    assert bsp.combined(cpu_base, cpu_variants).plan.precision == "bf16-mixed"
+    assert bsp.combined(cpu_base, []) is None
+
+
+def test_only_restricts_the_settings() -> None:
+    _, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"), only=["channels_last", "tf32"])
+    assert names(variants) == ["channels_last"] and names(skipped) == ["tf32"]
+
+
+ROUNDS = [  # recorded images/s, one dict per interleaved round
+    {"baseline": 100.0, "channels_last": 90.0, "bf16": 50.0, "all": 120.0},
+    {"baseline": 50.0, "channels_last": 60.0, "bf16": 26.0, "all": 55.0},   # a noisy round: everything halved
+    {"baseline": 100.0, "channels_last": 110.0, "bf16": 51.0, "all": 118.0},
+]
+
+
+def test_speedup_is_the_median_of_per_round_ratios() -> None:
+    s = bsp.summarize(ROUNDS)
+    assert s["baseline"]["speedup"] == 1.0
+    assert s["channels_last"]["speedup"] == pytest.approx(1.1)          # ratios 0.9, 1.2, 1.1
+    assert (s["channels_last"]["speedup_low"], s["channels_last"]["speedup_high"]) == pytest.approx((0.9, 1.2))
+    assert s["bf16"]["images_per_s"] == 50.0 and s["bf16"]["speedup"] == pytest.approx(0.51)
+    assert s["all"]["speedup"] == pytest.approx(1.18)
+
+
+def test_table_rows_carry_claims_verdicts_and_skip_reasons() -> None:
+    base, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"), only=["channels_last", "bf16", "fp16"])
+    rows = bsp.speedup_rows(bsp.summarize(ROUNDS), variants, skipped, bsp.load_claims(),
+                            bsp.combined(base, variants))
+    by = {r["setting"]: r for r in rows}
+    assert [r["setting"] for r in rows] == ["baseline", "fp16", "bf16", "channels_last", "all"]
+    assert by["fp16"]["status"] == "skipped" and "GradScaler" in by["fp16"]["reason"]
+    assert by["fp16"]["claimed_speedup"] == 2.0 and "kaggle-t4-guide" in by["fp16"]["claimed"]
+    assert by["channels_last"]["claimed_speedup"] == 1.15 and by["channels_last"]["verdict"] == "96% of the claim"
+    assert by["bf16"]["verdict"] == "slower here" and by["bf16"]["claimed"] == "no figure in the notes"
+    assert by["all"]["claimed_speedup"] == 3.8 and by["all"]["note"] == "bf16 + channels_last"
+    assert bsp.product_of_singles(rows) == pytest.approx(1.1 * 0.51)
+
+
+def test_claims_file_cites_a_note_for_every_figure() -> None:
+    claims = bsp.load_claims()
+    seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+    for row in claims:
+        if row["claimed_speedup"]:
+            assert float(row["low"]) <= float(row["claimed_speedup"]) <= float(row["high"])
+            assert row["source"].endswith(".md") and row["quote"]
+            if seeds.is_dir():  # the notes travel with the shared workspace, not the package
+                assert (seeds / row["source"]).is_file(), row["source"]
+    figures = {r["setting"]: r["claimed_speedup"] for r in claims if r["source"] == "optimal-single-gpu-a10g.md"}
+    assert figures == {"fp16": "2.0", "channels_last": "1.15", "tf32": "1.1", "compile": "1.2", "workers": "1.5",
+                       "all": "3.8"}
+
+
+def test_verdict_words() -> None:
+    assert bsp.verdict(1.01, 1.2) == "no gain here"
+    assert bsp.verdict(0.8, 1.2) == "slower here"
+    assert bsp.verdict(1.3, 1.2) == "as claimed or better"
+    assert bsp.verdict(1.1, None) == "faster"
+
+
+def test_a_real_run_on_the_cpu_measures_and_skips() -> None:
+    from fasttrain.models import create_model
+
+    result = bsp.bench_speedups(profile(batch=8), report("cpu_only"), lambda: create_model("tiny_cnn", 4),
+                                image_size=16, num_classes=4, steps=1, rounds=2, warmup_steps=1,
+                                only=["channels_last", "larger_batch", "tf32"])
+    by = {r["setting"]: r for r in result["rows"]}
+    assert set(by) == {"baseline", "channels_last", "tf32", "larger_batch", "all"}
+    assert by["tf32"]["status"] == "skipped"
+    for name in ("baseline", "channels_last", "larger_batch", "all"):
+        assert by[name]["status"] == "measured" and by[name]["images_per_s"] > 0
+        assert math.isfinite(by[name]["speedup"])
+    assert len(result["samples"]) == 2 and all(len(r) == 4 for r in result["samples"])
+    assert by["all"]["note"] == "channels_last + larger_batch"
