@@ -161,3 +161,11 @@ def test_write_profile_rejects_bad_names(tmp_path: Path) -> None:
         write_profile(recommend(report), report, tmp_path / "mine.txt")
     with pytest.raises(UserError, match="no such directory"):
         write_profile(recommend(report), report, tmp_path / "nope" / "mine.yaml")
+
+
+def test_the_gpu_torch_cannot_see_is_not_the_one_matched() -> None:
+    """CUDA_VISIBLE_DEVICES=1 on a T4 + A10G box: torch trains on the A10G."""
+    t4, a10g = load("t4_kaggle").gpus[0], load("a10g").gpus[0]
+    report = load("a10g").model_copy(update={"gpus": [t4.model_copy(update={"visible_to_torch": False}),
+                                                      a10g.model_copy(update={"index": 1})]})
+    assert best_preset(report) == "aws-a10g"

@@ -49,10 +49,10 @@ def _gpu_presets() -> tuple[tuple[str, HardwareSpec], ...]:
 
 
 def usable_gpu(report: HardwareReport) -> GpuInfo | None:
-    """The GPU training will run on (index 0), or None when torch cannot use a CUDA GPU here."""
+    """The GPU training will run on (torch's device 0: the first one torch can see), or None without CUDA."""
     if not report.has_cuda or not report.gpus:
         return None
-    return report.gpus[0]
+    return next((g for g in report.gpus if g.visible_to_torch is not False), report.gpus[0])
 
 
 def _distance(gpu: GpuInfo, hw: HardwareSpec) -> float:
