@@ -17,6 +17,7 @@ from typing import Any
 
 from fasttrain import arithmetic as ar
 from fasttrain import presets
+from fasttrain.findings import training_gpu
 from fasttrain.profile import HardwareSpec, Profile
 from fasttrain.report import GpuInfo, HardwareReport
 
@@ -50,9 +51,7 @@ def _gpu_presets() -> tuple[tuple[str, HardwareSpec], ...]:
 
 def usable_gpu(report: HardwareReport) -> GpuInfo | None:
     """The GPU training will run on (torch's device 0: the first one torch can see), or None without CUDA."""
-    if not report.has_cuda or not report.gpus:
-        return None
-    return next((g for g in report.gpus if g.visible_to_torch is not False), report.gpus[0])
+    return training_gpu(report)
 
 
 def _distance(gpu: GpuInfo, hw: HardwareSpec) -> float:
