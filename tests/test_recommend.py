@@ -169,3 +169,12 @@ def test_the_gpu_torch_cannot_see_is_not_the_one_matched() -> None:
     report = load("a10g").model_copy(update={"gpus": [t4.model_copy(update={"visible_to_torch": False}),
                                                       a10g.model_copy(update={"index": 1})]})
     assert best_preset(report) == "aws-a10g"
+
+
+def test_cpu_precision_follows_the_cpu_preset_only_where_bf16_is_fast() -> None:
+    preset = presets.resolve_file_only("cpu").profile.speed.precision
+    slow = recommend(load("cpu_only"))  # no AVX512-BF16/AMX
+    assert slow.settings["speed.precision"] == "fp32"
+    report = load("cpu_only")
+    fast = report.model_copy(update={"torch": report.torch.model_copy(update={"cpu_bf16_fast": True})})
+    assert recommend(fast).settings["speed.precision"] == ("fp32" if preset == "fp16-mixed" else preset)

@@ -136,9 +136,18 @@ def _same_machine(gpu: GpuInfo | None, hw: HardwareSpec) -> bool:
             and abs(vram_gib - hw.vram_gb) <= VRAM_MATCH * hw.vram_gb)
 
 
+def _cpu_precision(report: HardwareReport, preset: Profile) -> tuple[str, str]:
+    """The cpu preset's measured choice where this CPU can run it fast; fp32 where bf16 would be emulated."""
+    asked = preset.speed.precision
+    if asked == "bf16-mixed" and not report.torch.cpu_bf16_fast:
+        return "fp32", "CPU without AVX512-BF16/AMX: bf16 autocast would be slower than fp32"
+    if asked == "fp16-mixed":
+        return "fp32", "CPU: fp16 autocast and GradScaler are for GPUs"
+    return asked, f"the {preset.name} preset's measured setting" + (
+        " (this CPU has AVX512-BF16/AMX)" if asked == "bf16-mixed" else "")
+
+
 def _precision(gpu: GpuInfo | None) -> tuple[str, str]:
-    if gpu is None:
-        return "fp32", "CPU: fp16 autocast is GPU-only and fp32 is what the cpu preset measured fastest"
     cc = float(gpu.compute_capability) if gpu.compute_capability else None
     if cc is None:
         return "fp16-mixed", "compute capability unknown: fp16-mixed works on every tensor-core GPU"
@@ -210,12 +219,14 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
 
 
 def _speed(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, preset: Profile) -> None:
-    precision, why = _precision(gpu)
+    precision, why = _precision(gpu) if gpu is not None else _cpu_precision(report, preset)
     rec.set("speed.precision", precision, why)
     cc = float(gpu.compute_capability) if gpu and gpu.compute_capability else 0.0
     tensor_cores = gpu is not None and cc >= 7.0
     if gpu is None:
-        rec.set("speed.compile", False, "CPU: compile warm-up takes minutes, more than short CPU runs gain")
+        on = preset.speed.compile and report.torch.compile_ok
+        rec.set("speed.compile", on, f"CPU: the {preset.name} preset's setting" if on == preset.speed.compile
+                else f"torch.compile cannot work here: {report.torch.compile_reason}")
         rec.set("speed.channels_last", preset.speed.channels_last, "CPU: the cpu preset's measured layout")
     else:
         ok = report.torch.compile_ok and tensor_cores
