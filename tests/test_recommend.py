@@ -99,7 +99,8 @@ def test_speed_switches_on_gpus_and_off_on_cpus() -> None:
     gpu = recommend(load("a10g")).settings
     assert gpu["speed.compile"] and gpu["speed.channels_last"] and gpu["speed.cudnn_benchmark"] and gpu["loader.pin_memory"]
     cpu = recommend(load("cpu_only")).settings
-    assert not cpu["speed.compile"] and not cpu["speed.cudnn_benchmark"] and not cpu["loader.pin_memory"]
+    assert not cpu["speed.cudnn_benchmark"] and not cpu["loader.pin_memory"] and not cpu["speed.tf32"]
+    assert cpu["speed.compile"] == presets.resolve_file_only("cpu").profile.speed.compile  # compile_ok there
     pascal = recommend(one_gpu("Tesla P100-PCIE-16GB", 16280, "6.0")).settings
     assert pascal["speed.precision"] == "fp32" and not pascal["speed.compile"] and not pascal["speed.channels_last"]
 
