@@ -132,7 +132,10 @@ def probe_memory() -> MemoryInfo:
 # ---- disks and environment -------------------------------------------------------------------------------
 
 def probe_disks(data_dir: Path | None, disk_paths: list[Path] | None) -> list[DiskInfo]:
-    disks = [free_space(Path.cwd(), "cwd")]
+    try:
+        disks = [free_space(Path.cwd(), "cwd")]
+    except OSError:  # the working directory was deleted under us
+        disks = []
     disks += [free_space(p, "path") for p in disk_paths or []]
     if data_dir is not None:
         disks.append(read_throughput(data_dir))

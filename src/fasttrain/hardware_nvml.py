@@ -88,7 +88,9 @@ def _gpu(nv: Any, index: int, exclude: Iterable[int], process_name: Callable[[in
     util = _read(nv.nvmlDeviceGetUtilizationRates, h)
     power = _read(nv.nvmlDeviceGetPowerUsage, h)  # mW
     limit = _read(nv.nvmlDeviceGetEnforcedPowerLimit, h)  # mW
-    reasons = _read(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons), h)
+    reasons_fn = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)  # the name since driver 535
+                  or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    reasons = _read(reasons_fn, h) if reasons_fn else None
     cc = _read(nv.nvmlDeviceGetCudaComputeCapability, h)
     return GpuInfo(
         index=index,
