@@ -218,3 +218,35 @@ def test_record_writes_a_fixture_that_loads_back(tmp_path: Path) -> None:
     live = hardware.record(path)
     again = HardwareReport.model_validate_json(path.read_text())
     assert again.cpu == live.cpu and again.torch == live.torch and again.hostname == live.hostname
+
+
+def _child(code: str):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_torch_that_crashes_on_import_becomes_a_finding() -> None:
+    from fasttrain import doctor
+    from fasttrain.hardware_torch import finish_child, merge_child
+
+    seen, error = finish_child(_child("raise ImportError('libcudnn.so.9: cannot open shared object file')"))
+    assert seen is None and "libcudnn.so.9" in error
+    info = merge_child(static_info(), seen, error)
+    report = hardware.probe().model_copy(update={"torch": info})
+    torch_finding = next(f for f in doctor.run_rules(report) if f.id == "torch")
+    assert torch_finding.status == "fail" and "libcudnn.so.9" in torch_finding.detail
+
+
+def test_a_hanging_torch_import_is_cut_off() -> None:
+    from fasttrain.hardware_torch import finish_child
+
+    seen, error = finish_child(_child("import time; time.sleep(30)"), timeout=0.5)
+    assert seen is None and "did not finish" in error
+
+
+def test_the_child_reports_one_json_line() -> None:
+    from fasttrain.hardware_torch import finish_child
+
+    seen, error = finish_child(_child('print("noise"); print(\'{"version": "9.9", "cuda_available": false}\')'))
+    assert error is None and seen == {"version": "9.9", "cuda_available": False}
