@@ -136,8 +136,8 @@ def rule_data_disk(c: Context) -> Finding | None:
     fix = ("copy the data set to local NVMe or /dev/shm, or pack it into large shards (WebDataset/tar); "
            "more loader.num_workers help on network storage")
     if disk.files_per_s * readers < target:
-        return Finding("data-disk", "fail", "the data disk is too slow to feed the GPU",
-                       f"{speed}; {need}: even {readers} readers at this rate give "
+        return Finding("data-disk", "fail", "the data disk is too slow to feed the run",
+                       f"{speed}; {need}: even {readers} reader{'s' if readers > 1 else ''} at this rate give "
                        f"{disk.files_per_s * readers:,.0f} images/s", fix)
     return Finding("data-disk", "warn", "one reader is slower than the run needs",
                    f"{speed}; {need}: {readers} workers must read in parallel to keep up", fix)
