@@ -126,6 +126,7 @@ class Trainer:
                 ev[1].record()
             t2 = time.perf_counter()
             window, closes = window_length(i, n, self.accumulation)
+            lr = self.schedule.current()  # the LR this batch's optimizer step uses
             loss = engine.forward_backward(images, targets, window)
             loss_sum += loss
             norm = engine.optimizer_step(want_norm=log_now) if closes else None
@@ -136,7 +137,7 @@ class Trainer:
             images_seen += bs
             fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs,
                           data_wait_s=t1 - t0, h2d_s=t2 - t1, compute_s=t3 - t2, loss=None,
-                          lr=self.schedule.current(), grad_norm=None, amp_scale=None, skipped=False,
+                          lr=lr, grad_norm=None, amp_scale=None, skipped=False,
                           batch_size=bs, accumulation_steps=self.accumulation)
             if log_now:
                 fields["loss"] = float(loss)          # the one sync of this log interval
