@@ -173,6 +173,15 @@ def test_resolve_auto_batch_runs_once_then_hits_the_cache(tmp_path, monkeypatch)
         bs.auto_batch(cpu_plan(batch=32, accumulation=2, precision="bf16-mixed"), "thresholded", 16, **kwargs)
 
 
+def test_auto_flags_re_resolve_into_a_plan_with_the_new_batch() -> None:
+    from fasttrain import presets
+
+    res = presets.resolve("cpu", env={}, flags=bs.auto_flags(16, 4))
+    plan = make_plan(res.profile, CPU_REPORT)
+    assert (plan.batch_size, plan.accumulation_steps, plan.effective_batch) == (16, 4, 64)
+    assert res.provenance["loader.batch_size"] == "flag --batch-size auto"
+
+
 def test_corrupt_cache_is_a_miss(tmp_path) -> None:
     cache = tmp_path / "batch_cache.json"
     cache.write_text("{not json")

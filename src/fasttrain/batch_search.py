@@ -412,6 +412,13 @@ def auto_batch(plan: Any, model_name: str, image_size: int, **kwargs: Any) -> Au
                      explain(result, batch, accumulation, target * world, world))
 
 
+def auto_flags(batch: int, accumulation: int) -> dict[str, tuple[str, int]]:
+    """The `flags=` for presets.resolve that apply an auto batch with its provenance ("flag --batch-size auto"),
+    so the profile re-validates and make_plan recomputes effective batch, scaled LR and loader RAM."""
+    return {"loader.batch_size": ("--batch-size auto", batch),
+            "optim.accumulation_steps": ("--batch-size auto", accumulation)}
+
+
 def check_batch_option(value: str) -> int | None:
     """`--batch-size` parsing shared by the commands: a positive integer, or "auto" (-> None)."""
     if value.strip().lower() == "auto":

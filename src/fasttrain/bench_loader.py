@@ -4,9 +4,9 @@ The field notes found their starved GPU by watching htop and guessed "more worke
 worker count (0 up to the cores, and one step beyond to show where more stop helping) and prefetch_factor
 with the profile's batch, image size and augmentation, through the same loaders `train` builds
 (datasets.build_datasets + loaders.build_loaders). Settings run in interleaved rounds (medians of images/s;
-the machine is noisy). RAM is sampled on a thread while batches flow: RSS and PSS summed over the main
-process and its workers. Workers are forked copies sharing the parent's pages, so the RSS sum counts the
-shared libraries once per worker; PSS splits shared pages between the processes that map them, so the PSS
+the machine is noisy). RAM: RSS summed over the main process and its workers, sampled on a thread while
+batches flow, and PSS summed once at the end of the timed window. Workers are forked copies sharing the
+parent's pages, so the RSS sum counts the shared libraries once per worker; PSS splits shared pages between the processes that map them, so the PSS
 sum is what the machine really gives up, and it is what the RAM budget is checked against.
 
 Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
@@ -30,7 +30,7 @@ PREFETCH_FACTORS = (2, 4)
 # A loader must deliver this much more than the model consumes to keep up: rates vary batch to batch, and a
 # loader running at exactly the training rate stalls the step whenever a batch is slow.
 KEEP_UP_HEADROOM = 1.1
-RAM_SAMPLE_S = 0.05
+RAM_SAMPLE_S = 0.1
 
 
 @dataclass
@@ -54,6 +54,8 @@ class Point:
     rss_bytes: int            # RSS sum, main + workers (over-counts shared pages; shown for comparison)
     startup_s: float          # until the first batch arrived (worker start-up)
     rounds: int = 1
+    images_per_s_low: float | None = None    # slowest and fastest round: the noise the median hides
+    images_per_s_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,9 +95,10 @@ def combine_rounds(samples: list[dict[str, Any]]) -> list[Point]:
         groups.setdefault((s["workers"], s["prefetch"]), []).append(s)
     points = []
     for (w, p), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        points.append(Point(w, p, statistics.median(r["images_per_s"] for r in rows),
-                            max(r["ram_bytes"] for r in rows), max(r["rss_bytes"] for r in rows),
-                            statistics.median(r["startup_s"] for r in rows), len(rows)))
+        rates = [r["images_per_s"] for r in rows]
+        points.append(Point(w, p, statistics.median(rates), max(r["ram_bytes"] for r in rows),
+                            max(r["rss_bytes"] for r in rows), statistics.median(r["startup_s"] for r in rows),
+                            len(rows), min(rates), max(rates)))
     return points
 
 
@@ -179,7 +182,9 @@ def _gib(n: float) -> str:
 
 # -- measurement ---------------------------------------------------------------------------------------------
 class RamSampler:
-    """Peak RSS and PSS summed over this process and its children, sampled on a thread every RAM_SAMPLE_S."""
+    """Peak RSS summed over this process and its children, sampled on a thread every RAM_SAMPLE_S (cheap:
+    /proc/<pid>/statm). PSS needs the kernel to walk every mapping (~20 ms per process with torch loaded), so
+    `pss_now()` is read once, after the timed window, while the workers still hold their prefetched batches."""
 
     def __init__(self, interval_s: float = RAM_SAMPLE_S):
         import psutil
@@ -187,25 +192,27 @@ class RamSampler:
         self.proc = psutil.Process()
         self.interval_s = interval_s
         self.peak_rss = 0
-        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def _one(proc: Any) -> tuple[int, int]:
+    def _procs(self) -> list[Any]:
         try:
-            full = proc.memory_full_info()
-            return full.rss, getattr(full, "pss", full.rss)
-        except Exception:  # noqa: BLE001 - a worker may exit between listing and reading
-            return 0, 0
+            return [self.proc, *self.proc.children(recursive=True)]
+        except Exception:  # noqa: BLE001 - the process table changes while workers start and stop
+            return [self.proc]
 
-    def sample(self) -> tuple[int, int]:
-        rss = pss = 0
-        for p in [self.proc, *self.proc.children(recursive=True)]:
-            r, s = self._one(p)
-            rss, pss = rss + r, pss + s
-        self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
-        return rss, pss
+    def sample(self) -> int:
+        rss = 0
+        for p in self._procs():
+            try:
+                rss += p.memory_info().rss
+            except Exception:  # noqa: BLE001 - a worker may exit between listing and reading
+                pass
+        self.peak_rss = max(self.peak_rss, rss)
+        return rss
+
+    def pss_now(self) -> int:
+        return sum(pss_of(p) for p in self._procs())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -219,26 +226,41 @@ class RamSampler:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
-        self.sample()
+
+
+def pss_of(proc: Any) -> int:
+    """Proportional set size in bytes (shared pages split between the processes mapping them); RSS where the
+    kernel has no smaps_rollup."""
+    try:
+        with open(f"/proc/{proc.pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(proc.memory_info().rss)
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, max_seconds: float,
                     seed: int = 0) -> dict[str, Any]:
     """Start a fresh train loader with this setting, wait for the first batch (start-up), then time up to
     `batches` more (or `max_seconds`). Non-persistent workers: each setting starts and stops its own."""
+    import psutil
+
     from fasttrain.loaders import build_loaders
 
     p = dataclasses.replace(plan, workers=setting.workers, prefetch_factor=setting.prefetch,
                             persistent_workers=False)
-    import psutil
-
-    idle_pss = RamSampler._one(psutil.Process())[1]
-    train, _ = build_loaders(bundle, p, seed=seed)
-    started = time.perf_counter()
+    idle_pss = pss_of(psutil.Process())
     images = 0
     with warnings.catch_warnings(), RamSampler() as ram:
         # torch warns when workers outnumber the cores; the sweep goes one step past them on purpose
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        train, _ = build_loaders(bundle, p, seed=seed)
+        started = time.perf_counter()
         it = iter(train)
         next(it)
         first = time.perf_counter()
@@ -249,9 +271,10 @@ def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, m
             if timed >= batches or time.perf_counter() - first > max_seconds:
                 break
         elapsed = time.perf_counter() - first
-        del it  # shuts the workers down before the sampler's last reading
+        loaded_pss = ram.pss_now()  # workers alive, prefetch queues full: the loader's steady-state RAM
+        del it  # shuts the workers down
     return {"workers": setting.workers, "prefetch": setting.prefetch, "images_per_s": images / max(elapsed, 1e-9),
-            "ram_bytes": max(0, ram.peak_pss - idle_pss), "rss_bytes": ram.peak_rss, "startup_s": first - started,
+            "ram_bytes": max(0, loaded_pss - idle_pss), "rss_bytes": ram.peak_rss, "startup_s": first - started,
             "batches": timed}
 
 

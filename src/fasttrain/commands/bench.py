@@ -96,7 +96,7 @@ def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None
     return names
 
 
-def _bar(value: float, top: float, width: int = 30) -> str:
+def _bar(value: float, top: float, width: int = 20) -> str:
     filled = 0 if top <= 0 else round(width * value / top)
     return "█" * filled + "·" * (width - filled)
 
@@ -254,9 +254,9 @@ def loader_cmd(
                                               help="Largest worker count to try (default: the cores and one step "
                                                    "past them)."),
     prefetch: str = typer.Option("2,4", "--prefetch", help="Comma list of prefetch_factor values."),
-    batches: int = typer.Option(20, "--batches", min=1, help="Timed batches per setting per round."),
-    rounds: int = typer.Option(2, "--rounds", min=1, help="Interleaved rounds; rates are medians."),
-    max_seconds: float = typer.Option(5.0, "--max-seconds", min=0.1, help="Time cap per setting per round."),
+    batches: int = typer.Option(80, "--batches", min=1, help="Timed batches per setting per round."),
+    rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; rates are medians."),
+    max_seconds: float = typer.Option(2.5, "--max-seconds", min=0.1, help="Time cap per setting per round."),
     model: str = typer.Option("tiny_cnn", "--model", help="Model whose training rate the loader must keep up "
                                                           "with; none to skip that check."),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile",
@@ -346,13 +346,16 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
     top = max(p.images_per_s for p in points)
     table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
                         f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
-    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("", "left"),
+    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"),
+                         ("", "left"),
                          ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
         table.add_column(col, justify=justify)
     for p in points:
-        mark = " <- recommended" if (p.workers, p.prefetch) == (choice.workers, choice.prefetch) else (
-            " <- knee" if (p.workers, p.prefetch) == (knee.workers, knee.prefetch) else "")
-        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", _bar(p.images_per_s, top),
+        mark = "recommended" if (p.workers, p.prefetch) == (choice.workers, choice.prefetch) else (
+            "knee" if (p.workers, p.prefetch) == (knee.workers, knee.prefetch) else "")
+        spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
+        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
+                      _bar(p.images_per_s, top),
                       human_bytes(p.ram_bytes), human_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
     con.print(table)
     con.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
