@@ -4,12 +4,13 @@ Two measurements, both in this one process:
 1. Per-call cost (median over many repeats of many calls) of Telemetry.record(), Telemetry.snapshot(),
    Dashboard.update() in each mode, RunLog.log_step(), and one live redraw; then the per-step cost
    record()+update() as a share of a typical 10 ms step.
-2. An interleaved A/B run of a real CPU "step" (a torch matmul of about --step-ms): A = the bare loop,
-   B = the same loop with the sampler thread, record()+snapshot()+update() every step, and the live
-   screen redrawing REFRESH_PER_SECOND times a second on Rich's thread. Rounds alternate A, B, A, B...
-   so machine noise hits both; the ratio of the median round times is reported.
+2. An interleaved A/B run of a real CPU "step" (a chain of torch matmuls taking about --step-ms): the bare
+   loop against the same loop with record()+snapshot()+update() every step -- without threads, with the
+   sampler thread, and with the sampler plus the live screen redrawing REFRESH_PER_SECOND times a second on
+   Rich's thread. Every round runs each variant once in a shuffled order, so machine noise hits them all;
+   reported is the median over rounds of the per-round ratio to the bare loop, with its quartiles.
 
-Run: .venv/bin/python benchmarks/telemetry_overhead.py [--rounds 10 --steps 100 --step-ms 10]
+Run: .venv/bin/python benchmarks/telemetry_overhead.py [--rounds 40 --steps 50 --step-ms 10]
 """
 from __future__ import annotations
 
@@ -85,17 +86,23 @@ def micro(plan, report) -> dict[str, float]:
     return out
 
 
-def ab(plan, report, rounds: int, steps: int, step_ms: float) -> tuple[float, float, float]:
+def ab(plan, report, rounds: int, steps: int, step_ms: float) -> dict[str, tuple[float, float, float, float]]:
+    """Each round runs every variant once, in a shuffled order. -> variant: (ms/step, ratio, q1, q3)."""
+    import random
+
     import torch
 
     torch.set_num_threads(1)  # one core per step keeps the comparison stable on a shared 2-core machine
-    n = 64
+    n = 128
     a, b = torch.randn(n, n), torch.randn(n, n)
-    # size the matmul chain so one step takes about step_ms
-    t0 = time.perf_counter()
-    for _ in range(200):
-        a @ b
-    reps = max(1, round(step_ms / 1000 / ((time.perf_counter() - t0) / 200)))
+    # size the matmul chain so one step takes about step_ms (median of several timings: the machine is noisy)
+    per_mm = []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        for _ in range(50):
+            a @ b
+        per_mm.append((time.perf_counter() - t0) / 50)
+    reps = max(1, round(step_ms / 1000 / statistics.median(per_mm)))
 
     def step() -> None:
         for _ in range(reps):
@@ -107,40 +114,54 @@ def ab(plan, report, rounds: int, steps: int, step_ms: float) -> tuple[float, fl
             step()
         return time.perf_counter() - t
 
-    tel = Telemetry("cpu", sample_interval_s=1.0).start()
-    console = Console(file=io.StringIO(), force_terminal=True, width=140)
-    dash = Dashboard(plan, total_batches=10**9, epochs=1, mode="live", console=console, report=report,
-                     forecast={"images_per_s": 700.0, "step_time_s": step_ms / 1000})
-    dash.__enter__()
+    def instrumented(mode: str, sampler: bool) -> float:
+        """The same steps with record()+snapshot()+update(); threads start before the clock and stop after it."""
+        tel = Telemetry("cpu", sample_interval_s=1.0)
+        if sampler:
+            tel.start()
+        console = Console(file=io.StringIO(), force_terminal=True, width=140)
+        dash = Dashboard(plan, total_batches=10**9, epochs=1, mode=mode, console=console, stream=io.StringIO(),
+                         report=report, forecast={"images_per_s": 700.0, "step_time_s": step_ms / 1000})
+        with dash:
+            t = time.perf_counter()
+            for i in range(steps):
+                t1 = time.perf_counter()
+                step()
+                t2 = time.perf_counter()
+                rec = StepRecord(0, i, i, steps, 64, 0.0, 0.0, t2 - t1, lr=0.1, batch_size=64, end_time=t2)
+                tel.record(rec)
+                dash.update(tel.snapshot(), rec)
+            elapsed = time.perf_counter() - t
+        tel.stop()
+        return elapsed
 
-    def instrumented() -> float:
-        t = time.perf_counter()
-        for i in range(steps):
-            t1 = time.perf_counter()
-            step()
-            rec = StepRecord(0, i, i, steps, 64, 0.0, 0.0, time.perf_counter() - t1, lr=0.1, batch_size=64)
-            tel.record(rec)
-            dash.update(tel.snapshot(), rec)
-        return time.perf_counter() - t
-
-    bare()
-    instrumented()  # warm both paths
-    times_a, times_b = [], []
+    variants = {
+        "bare loop": bare,
+        "+ record/snapshot/update (quiet)": lambda: instrumented("quiet", False),
+        "+ sampler thread (quiet)": lambda: instrumented("quiet", True),
+        "+ sampler + live screen (full)": lambda: instrumented("live", True),
+    }
+    for fn in variants.values():  # warm every path once
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    order = list(variants)
+    rng = random.Random(0)
     for _ in range(rounds):
-        times_a.append(bare())
-        times_b.append(instrumented())
-    dash.close(None)
-    tel.stop()
-    ma, mb = statistics.median(times_a), statistics.median(times_b)
-    pair = sorted(a / b for a, b in zip(times_a, times_b))  # each B beside the A run just before it
-    quart = statistics.quantiles(pair, n=4) if len(pair) >= 2 else [pair[0]] * 3
-    return ma / steps * 1000, mb / steps * 1000, ma / mb, (quart[0], quart[2])
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(variants[name]())
+    out = {}
+    for name, ts in times.items():
+        pair = sorted(base / t for base, t in zip(times["bare loop"], ts))  # vs the same round's bare run
+        q1, med, q3 = statistics.quantiles(pair, n=4) if len(pair) >= 2 else (pair[0],) * 3
+        out[name] = (statistics.median(ts) / steps * 1000, med, q1, q3)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--step-ms", type=float, default=10.0)
     ap.add_argument("--skip-ab", action="store_true", help="only the per-call figures")
     args = ap.parse_args()
@@ -159,13 +180,12 @@ def main() -> None:
           f"{redraw_share:.2%} of one core's time (on Rich's thread)")
 
     if not args.skip_ab:
-        a_ms, b_ms, ratio, (q1, q3) = ab(plan, report, args.rounds, args.steps, args.step_ms)
-        print(f"\nA/B interleaved, {args.rounds} rounds x {args.steps} steps, median round time:")
-        print(f"  bare loop          {a_ms:7.3f} ms/step")
-        print(f"  with telemetry+live {b_ms:6.3f} ms/step")
-        print(f"  throughput ratio (with/bare): {ratio:.4f}  (target >= 0.97); "
-              f"per-pair ratios, quartiles: {q1:.3f} .. {q3:.3f} (machine noise)")
-
+        results = ab(plan, report, args.rounds, args.steps, args.step_ms)
+        print(f"\nA/B interleaved: {args.rounds} rounds x {args.steps} steps of ~{args.step_ms:g} ms, shuffled order;")
+        print("ratio = median over rounds of (bare time / this variant's time in the same round); >= 0.97 is the budget")
+        print(f"{'variant':36} {'ms/step':>8} {'ratio':>7} {'quartiles (noise)':>19}")
+        for name, (ms, ratio, q1, q3) in results.items():
+            print(f"{name:36} {ms:8.3f} {ratio:7.3f} {q1:9.3f} .. {q3:.3f}")
 
 if __name__ == "__main__":
     main()
