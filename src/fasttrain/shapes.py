@@ -48,6 +48,9 @@ class ShapesSpec:
         return f"shapes-v{VERSION}-seed{seed}-{digest}"
 
 
+DEFAULT_SPEC = ShapesSpec()
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("FASTTRAIN_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "fasttrain"
@@ -59,7 +62,7 @@ def ensure_shapes(root: Path | None = None, *, seed: int = 0, spec: ShapesSpec |
     `root` is the cache directory (default: $FASTTRAIN_CACHE or ~/.cache/fasttrain); the set lives in a
     sub-directory named by `ShapesSpec.key(seed)`.
     """
-    spec = spec or ShapesSpec()
+    spec = spec or DEFAULT_SPEC
     root = Path(root) if root is not None else default_cache_dir()
     final = root / spec.key(seed)
     if (final / MANIFEST).is_file():

@@ -1,0 +1,133 @@
+"""build_loaders: plan settings applied, real worker processes, bad files skipped+counted or strict, seeding."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from fasttrain.datasets import build_datasets
+from fasttrain.errors import UserError
+from fasttrain.loaders import build_loaders
+from fasttrain.plan import Plan
+from fasttrain.profile import AugmentSpec
+from fasttrain.sampler import EpochSampler
+from image_tree import write_corrupt, write_tree
+
+AUG = AugmentSpec(random_resized_crop_scale=(0.5, 1.0), hflip=0.5, color_jitter=0.2)
+
+
+def _plan(**kw) -> Plan:
+    base = Plan(profile_name="test", device="cpu", device_reason="", precision_requested="fp32", precision="fp32",
+                precision_reason="", channels_last=False, compile=False, compile_mode="default", compile_reason="",
+                tf32=False, cudnn_benchmark=False, fused_optimizer=False, batch_size=4, accumulation_steps=1,
+                world_size=1, effective_batch=4, base_lr=0.1, scaled_lr=0.1, workers_requested=0, workers=0,
+                workers_reason="", prefetch_factor=None, pin_memory=False, persistent_workers=False, drop_last=True,
+                image_size=16, loader_ram_bytes=0, ram_budget_bytes=0)
+    return replace(base, **kw)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    write_tree(tmp_path / "train", {"a": 5, "b": 5})
+    write_tree(tmp_path / "val", {"a": 3, "b": 2}, seed=1)
+    return tmp_path
+
+
+def _bundle(root: Path, **kw):
+    return build_datasets(str(root), image_size=16, augment=AUG, **kw)
+
+
+def _epoch(loader) -> tuple[torch.Tensor, torch.Tensor]:
+    batches = list(loader)
+    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
+
+
+def test_plan_settings_reach_the_dataloader(tree: Path) -> None:
+    bundle = _bundle(tree)
+    train, val = build_loaders(bundle, _plan(workers=1, prefetch_factor=3, persistent_workers=True), seed=0)
+    dl = train.loader
+    assert (dl.batch_size, dl.num_workers, dl.prefetch_factor, dl.persistent_workers, dl.drop_last) == (4, 1, 3, True,
+                                                                                                        True)
+    assert dl.worker_init_fn is not None
+    assert len(train) == 2  # 10 images, batch 4, drop_last
+    assert val.loader.drop_last is False and len(val) == 2  # 5 images -> 4 + 1
+    assert [y.tolist() for _, y in val] == [[0, 0, 0, 1], [1]]  # file order, no shuffling
+
+
+def test_worker_process_gives_the_same_batches_as_the_main_process(tree: Path) -> None:
+    """Augmentation is seeded per (seed, epoch, index), so the worker count does not change the data."""
+    bundle = _bundle(tree)
+    in_main, _ = build_loaders(bundle, _plan(workers=0), seed=3, epoch_sampler=EpochSampler(10, seed=3, drop_last=True))
+    in_worker, _ = build_loaders(bundle, _plan(workers=1, prefetch_factor=2), seed=3,
+                                 epoch_sampler=EpochSampler(10, seed=3, drop_last=True))
+    x0, y0 = _epoch(in_main)
+    x1, y1 = _epoch(in_worker)
+    assert torch.equal(y0, y1) and torch.equal(x0, x1)
+    in_main.sampler.set_epoch(1)
+    x2, _ = _epoch(in_main)
+    assert not torch.equal(x0, x2)  # a new epoch: new order and new crops
+
+
+def test_main_process_rng_is_left_alone(tree: Path) -> None:
+    train, _ = build_loaders(_bundle(tree), _plan(), seed=0)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    list(train)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_resumed_loader_yields_the_rest_of_the_epoch(tree: Path) -> None:
+    bundle = _bundle(tree)
+    full, _ = build_loaders(bundle, _plan(batch_size=2), seed=1)
+    full.sampler.set_epoch(1)
+    batches = list(full)
+    resumed_sampler = EpochSampler(10, seed=1, drop_last=True)
+    resumed_sampler.set_epoch(1)
+    resumed_sampler.set_start(2 * 2)  # two batches done
+    resumed, _ = build_loaders(bundle, _plan(batch_size=2), seed=1, epoch_sampler=resumed_sampler)
+    rest = list(resumed)
+    assert len(resumed) == 3 and len(rest) == 3
+    for (xa, ya), (xb, yb) in zip(batches[2:], rest):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_corrupt_file_is_skipped_and_counted_across_worker_processes(tree: Path) -> None:
+    bad = write_corrupt(tree / "train" / "a" / "zz_bad.png")
+    bundle = _bundle(tree)
+    train, _ = build_loaders(bundle, _plan(workers=1, prefetch_factor=2, drop_last=False), seed=0)
+    _, targets = _epoch(train)
+    assert len(targets) == 10  # 11 files, one unreadable
+    assert bundle.bad_files() == [str(bad)]
+    _epoch(train)
+    assert bundle.bad_files() == [str(bad)] and bundle.bad.skips == 2
+
+
+def test_strict_mode_names_the_file(tree: Path) -> None:
+    bad = write_corrupt(tree / "train" / "b" / "zz_bad.png")
+    bundle = _bundle(tree, strict=True)
+    train, _ = build_loaders(bundle, _plan(drop_last=False), seed=0)
+    with pytest.raises(UserError) as info:
+        _epoch(train)
+    assert str(bad) in info.value.lines()[0] and "--strict-data" in info.value.lines()[0]
+
+
+def test_custom_datasets_use_default_collate() -> None:
+    from torch.utils.data import TensorDataset
+
+    from fasttrain.datasets import DataBundle
+
+    x = torch.randn(12, 5, 3)
+    ds = TensorDataset(x, torch.arange(12) % 3)
+    bundle = DataBundle(train=ds, val=ds, num_classes=3, class_names=[], kind="custom", source="t", train_size=12)
+    train, val = build_loaders(bundle, _plan(batch_size=5), seed=0)
+    shapes = [tuple(xb.shape) for xb, _ in train]
+    assert shapes == [(5, 5, 3), (5, 5, 3)] and sum(len(y) for _, y in val) == 12
+
+
+def test_synthetic_has_no_loaders() -> None:
+    bundle = build_datasets("synthetic", image_size=16, augment=AUG)
+    with pytest.raises(ValueError, match="SyntheticBatches"):
+        build_loaders(bundle, _plan(), seed=0)
