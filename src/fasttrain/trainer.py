@@ -138,7 +138,7 @@ class Trainer:
             fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs,
                           data_wait_s=t1 - t0, h2d_s=t2 - t1, compute_s=t3 - t2, loss=None,
                           lr=lr, grad_norm=None, amp_scale=None, skipped=False,
-                          batch_size=bs, accumulation_steps=self.accumulation)
+                          batch_size=bs, accumulation_steps=self.accumulation, end_time=t3)
             if log_now:
                 fields["loss"] = float(loss)          # the one sync of this log interval
                 fields["grad_norm"] = float(norm) if norm is not None else None
@@ -178,7 +178,7 @@ class Trainer:
         if dash is not None and rec is not None:
             dash.update(snapshot, rec)
         if log is not None:
-            row = {k: v for k, v in last.items()}
+            row = {k: v for k, v in last.items() if k != "end_time"}  # perf_counter stamp: meaningless in a log
             for key in ("images_per_s", "it_per_s"):
                 if key in snapshot:
                     row[key] = snapshot[key]
