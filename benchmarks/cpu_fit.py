@@ -37,18 +37,22 @@ def cpu_plan(batch: int, image_size: int):
     return make_plan(prof, hardware.probe()), prof
 
 
-def measure_case(model: str, image_size: int, batch: int, steps: int = 3) -> dict:
-    """One interleave slot: the ceiling now, then real steps now. -> images/s, ceiling, op table."""
+def measure_case(model: str, image_size: int, batch: int, steps: int = 2) -> dict:
+    """One interleave slot: the ceiling just before AND just after real steps (geometric mean), so the
+    forecast sees the same neighbours the steps saw. -> images/s, ceiling, op table."""
     from fasttrain import cost, cpu_ceiling, models, trainer
     plan, prof = cpu_plan(batch, image_size)
-    cpu_ceiling.measure.cache_clear()
-    ceiling = cpu_ceiling.measure()
     net = models.create_model(model, num_classes=1000)
+    c = cost.model_cost(model, image_size, num_classes=1000)
+    cpu_ceiling.measure.cache_clear()
+    before = cpu_ceiling.measure()
     got = trainer.run_synthetic_steps(plan, net, image_size=image_size, num_classes=1000, steps=steps,
                                       warmup_steps=1, optim=prof.optim)
-    c = cost.model_cost(model, image_size, num_classes=1000)
+    cpu_ceiling.measure.cache_clear()
+    after = cpu_ceiling.measure()
     return {"model": model, "image_size": image_size, "batch": batch, "images_per_s": got["images_per_s"],
-            "peak_flops": ceiling.peak_flops, "bandwidth": ceiling.bandwidth, "params": c.params,
+            "peak_flops": math.sqrt(before.peak_flops * after.peak_flops),
+            "bandwidth": math.sqrt(before.bandwidth * after.bandwidth), "params": c.params,
             "table": OpTable.from_ops(c.ops)}
 
 
