@@ -38,7 +38,7 @@ BISECT_TOLERANCE = 0.02
 MAX_TRIALS = 32
 # Without a device memory limit (CPU) the search stops here: larger batches only use more host RAM.
 DEFAULT_MAX_BATCH = 4096
-CPU_MAX_BATCH = 512
+CPU_MAX_BATCH = 256
 CACHE_FILE = "batch_cache.json"
 CACHE_VERSION = 1
 
@@ -374,12 +374,12 @@ def explain(result: SearchResult, batch: int, accumulation: int, target: int, wo
     effective = batch * accumulation * world
     where = "cached result" if result.from_cache else f"{len(result.trials)} trials"
     if result.capped_by == "max_batch":
-        found = f"every size up to {result.largest_ok} ran (no memory limit reached; capped)"
-    elif result.capped_by == "max_trials":
-        found = f"largest that ran {result.largest_ok} (trial cap reached)"
+        head = (f"batch auto: every size up to the cap {result.largest_ok} ran, no memory limit reached, so "
+                f"{result.batch} fits ({where}). ")
     else:
-        found = f"largest that ran {result.largest_ok}, {result.smallest_failed} ran out of memory"
-    head = (f"batch auto: {found}; with a {result.margin:.0%} safety margin {result.batch} fits ({where}). ")
+        found = (f"largest that ran {result.largest_ok} (trial cap reached)" if result.capped_by == "max_trials" else
+                 f"largest that ran {result.largest_ok}, {result.smallest_failed} ran out of memory")
+        head = f"batch auto: {found}; with a {result.margin:.0%} safety margin {result.batch} fits ({where}). "
     if accumulation > 1:
         tail = (f"Using batch {batch} x {accumulation} accumulation steps x {world} devices = effective batch "
                 f"{effective} to keep the profile's {target}.")

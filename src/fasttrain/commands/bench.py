@@ -208,7 +208,7 @@ def batch_cmd(
     say = _say(as_json)
     say(f"searching on {plan.device} in {plan.precision}" + (", channels_last" if plan.channels_last else ""))
     auto = bs.auto_batch(plan, model, prof.loader.image_size, num_classes=num_classes, optim=prof.optim,
-                         use_cache=not no_cache, max_batch=max_batch or (None if plan.device == "cuda" else 256),
+                         use_cache=not no_cache, max_batch=max_batch,
                          activation_checkpointing=prof.speed.activation_checkpointing)
     result = {"model": model, "profile": ref, "device": plan.device, "precision": plan.precision,
               "channels_last": plan.channels_last, "image_size": prof.loader.image_size, **auto.to_dict()}
@@ -351,8 +351,9 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
                          ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
         table.add_column(col, justify=justify)
     for p in points:
-        mark = "recommended" if (p.workers, p.prefetch) == (choice.workers, choice.prefetch) else (
-            "knee" if (p.workers, p.prefetch) == (knee.workers, knee.prefetch) else "")
+        key = (p.workers, p.prefetch)
+        mark = ", ".join(word for word, at in (("knee", (knee.workers, knee.prefetch)),
+                                               ("recommended", (choice.workers, choice.prefetch))) if at == key)
         spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
         table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
                       _bar(p.images_per_s, top),
