@@ -171,3 +171,37 @@ def test_progress_and_eta_over_epochs() -> None:
 def test_unknown_mode_is_refused(plan) -> None:
     with pytest.raises(ValueError):
         Dashboard(plan, total_batches=1, epochs=1, mode="fancy")
+
+
+def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> None:
+    """The Trainer records batches in bursts (one sync per log interval): each keeps its own end time."""
+    import torch
+
+    from fasttrain.runlog import RunLog, read_metrics
+    from fasttrain.trainer import Collaborators, Trainer
+    from loop_helpers import cpu_plan, tiny_mlp
+
+    loop_plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 4},
+                                  optim={"optimizer": "sgd", "base_lr": 0.05, "base_batch": 8, "epochs": 2})
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 3, 2, 2, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(12)]
+    tel = Telemetry("cpu", window=50, host_reader=lambda: {})
+    out = io.StringIO()
+    log = RunLog(tmp_path, tensorboard=False)
+    with Dashboard(loop_plan, total_batches=24, epochs=2, mode="plain", stream=out, telemetry=tel) as dash:
+        trainer = Trainer(loop_plan, profile.optim, tiny_mlp(), steps_per_epoch=12, profile=profile,
+                          log_interval_s=1e9,  # sync only at the first and last batch: one burst of 11
+                          collaborators=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
+        result = trainer.fit(batches, batches[:2], epochs=2)
+        dash.close({"best_val_acc1": result.best_acc1})
+    log.close()
+    snap = tel.snapshot()
+    assert snap["steps_seen"] == 24 and snap["window_steps"] == 24
+    stamps = [tel._t[i] for i in range(24)]
+    assert all(b > a for a, b in zip(stamps, stamps[1:])), "burst-recorded batches keep distinct, ordered end times"
+    assert snap["data_wait_fraction"] + snap["h2d_fraction"] + snap["compute_fraction"] == pytest.approx(1.0)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["kind"] for r in records].count("epoch") == 2
+    assert all("end_time" not in r for r in records)
+    text = out.getvalue()
+    assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary:" in text

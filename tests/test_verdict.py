@@ -96,7 +96,7 @@ def test_the_zero_percent_gpu_story_is_input_bound() -> None:
 
 def test_input_bound_at_the_core_limit_says_make_batches_cheaper() -> None:
     report = cpu_machine(cores=2)
-    plan = plan_for("cpu", report)
+    plan = plan_for("cpu", report, "loader.num_workers=1")
     assert plan.workers == 1
     v = verdict.assess(measured(wait=0.05, h2d=0.0, compute=0.05), plan, report)
     assert v.kind == "input-bound" and v.suggested_workers == 1
@@ -155,7 +155,7 @@ def test_no_bf16_on_a_t4_so_fp16_is_suggested() -> None:
 
 def test_cpu_suggestions_only_what_the_cpu_supports() -> None:
     report = cpu_machine()
-    plan = plan_for("cpu", report)
+    plan = plan_for("cpu", report, "speed.precision=fp32", "speed.compile=false")
     assert verdict.untapped_speedups(plan, report) == []  # no fast bf16, torch.compile not usable here
     report.torch.cpu_bf16_fast = True
     report.torch.compile_ok = True
