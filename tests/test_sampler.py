@@ -54,6 +54,20 @@ def test_resume_at_next_batch_equals_the_tail_of_the_uninterrupted_order() -> No
     assert list(resumed) == list(full)
 
 
+def test_interrupted_twice_adds_up_the_position() -> None:
+    """Resumed at batch 2, stopped again 3 batches later: the next resume starts at batch 5."""
+    full = EpochSampler(40, seed=2)
+    expected = list(full)[5 * 4:]
+    first = EpochSampler(40, seed=2)
+    state = first.state_dict(consumed=2 * 4)
+    second = EpochSampler(40, seed=2)
+    second.load_state_dict(state)
+    state = second.state_dict(consumed=3 * 4)
+    third = EpochSampler(40, seed=2)
+    third.load_state_dict(state)
+    assert third.start == 20 and list(third) == expected
+
+
 def test_state_keeps_the_saved_order() -> None:
     """A checkpoint's order wins over recomputing it (randperm may change across torch versions)."""
     sampler = EpochSampler(6, seed=0)

@@ -78,10 +78,16 @@ class EpochSampler:
     def __len__(self) -> int:
         return self.num_samples - self.start
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, consumed: int = 0) -> dict[str, Any]:
         """Everything needed to continue: the position and this epoch's order itself (so a torch upgrade
-        that changed randperm cannot silently change the resumed order)."""
-        return {"seed": self.seed, "epoch": self.epoch, "start": self.start, "dataset_size": self.dataset_size,
+        that changed randperm cannot silently change the resumed order).
+
+        `consumed`: samples the loop has trained on since this pass began (batches done x batch size). The
+        sampler cannot count them itself (DataLoader workers prefetch ahead), so the stored position is
+        start + consumed: right also for a run that was itself resumed mid-epoch.
+        """
+        position = min(self.start + consumed, self.num_samples)
+        return {"seed": self.seed, "epoch": self.epoch, "start": position, "dataset_size": self.dataset_size,
                 "shuffle": self.shuffle, "rank": self.rank, "world": self.world, "drop_last": self.drop_last,
                 "order": self.order()}
 
