@@ -79,13 +79,13 @@ class ImageFiles:
 
     def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int] | BadSample:
         sample_seed, index = key if isinstance(key, tuple) else (None, key)
+        from PIL import Image
+
         path, target = self.samples[index]
         try:
-            from PIL import Image
-
             with Image.open(path) as opened:
                 image = opened.convert("RGB")
-        except _DECODE_ERRORS as exc:
+        except (*_DECODE_ERRORS, Image.DecompressionBombError) as exc:
             return BadSample(path, f"{type(exc).__name__}: {exc}")
         if self.transform is None:
             return image, target
@@ -133,7 +133,7 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
 
         return custom_bundle(spec, num_classes)
     raise UserError([Problem("--data", f"no directory {spec!r} and not a known data set",
-                             "use shapes, synthetic, a directory with class folders, or module:callable", spec)])
+                             "use shapes, synthetic, a directory with class folders, or module:callable")])
 
 
 def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, seed: int, val_fraction: float,
