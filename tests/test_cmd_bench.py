@@ -91,3 +91,43 @@ def test_bench_dirs_are_unique(tmp_path: Path) -> None:
     first = new_bench_dir("loader", tmp_path, now=0)
     first.mkdir(parents=True)
     assert new_bench_dir("loader", tmp_path, now=0).name == "bench-loader-19700101-000000-2"
+
+
+def test_speedups_with_batch_size_auto_uses_the_searched_batch(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
+    r = cli("bench", "speedups", "--model", "tiny_cnn", *SMALL, "--batch-size", "auto", "--steps", "1",
+            "--rounds", "1", "--warmup", "1", "--only", "tf32", "--json", "--out", str(tmp_path / "a"))
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    cached = json.loads((tmp_path / "cache" / "batch_cache.json").read_text())
+    (entry,) = cached.values()
+    assert entry["batch"] in entry["succeeded"]
+    assert data["batch_size"] == min(entry["batch"], 64)  # as train would: the cpu profile's 64 per step kept
+    assert "batch auto" in data["batch_message"]
+
+
+def _speedups_result(rate_cl: float, base: float = 100.0) -> dict:
+    from fasttrain.bench_results import envelope
+
+    rows = [{"setting": "baseline", "images_per_s": base, "speedup": 1.0, "status": "measured"},
+            {"setting": "channels_last", "images_per_s": rate_cl, "speedup": rate_cl / base, "status": "measured"},
+            {"setting": "tf32", "status": "skipped", "reason": "needs Ampere"}]
+    return envelope("speedups", {"rows": rows})
+
+
+def test_compare_two_results(cli, tmp_path: Path) -> None:
+    from fasttrain.bench_results import compare, write_result
+
+    out = compare(_speedups_result(90), _speedups_result(180))
+    by = {r["key"]: r for r in out["rows"]}
+    assert by["channels_last"]["ratio"] == pytest.approx(2.0) and by["tf32"]["ratio"] is None
+    write_result(tmp_path / "a", _speedups_result(90))
+    write_result(tmp_path / "b", _speedups_result(45))
+    r = cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b" / "result.json"), "--json")
+    assert r.code == 0, r.err
+    assert {row["key"]: row["ratio"] for row in json.loads(r.out)["rows"]}["channels_last"] == pytest.approx(0.5)
+    r = cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.code == 0 and "0.50x" in r.out
+    write_result(tmp_path / "c", {"kind": "loader", "points": []})
+    assert cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "c")).code == 2
+    assert cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "missing")).code == 2

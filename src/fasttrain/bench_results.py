@@ -65,3 +65,37 @@ def read_result(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / RESULT_FILE
     return json.loads(path.read_text())
+
+
+def _rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Comparable rows of one result, by a key that means the same on any machine."""
+    kind = data.get("kind")
+    if kind == "speedups":
+        return {r["setting"]: {"images_per_s": r.get("images_per_s"), "speedup": r.get("speedup"),
+                               "status": r["status"]} for r in data.get("rows", [])}
+    if kind == "loader":
+        return {f"{p['workers']} workers" + (f", prefetch {p['prefetch']}" if p["prefetch"] else ""):
+                {"images_per_s": p["images_per_s"], "ram_bytes": p["ram_bytes"]} for p in data.get("points", [])}
+    if kind == "batch":
+        s = data.get("search", {})
+        return {"batch": {"batch": data.get("batch"), "largest_ok": s.get("largest_ok"),
+                          "smallest_failed": s.get("smallest_failed"), "accumulation": data.get("accumulation")}}
+    raise ValueError(f"unknown bench kind {kind!r}")
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two results of the same kind side by side: per row A, B and B/A of images/s (None where either is
+    missing or skipped). Pure."""
+    if a.get("kind") != b.get("kind"):
+        raise ValueError(f"cannot compare a {a.get('kind')} result with a {b.get('kind')} result")
+    ra, rb = _rows(a), _rows(b)
+    rows = []
+    for key in list(ra) + [k for k in rb if k not in ra]:
+        x, y = ra.get(key, {}), rb.get(key, {})
+        va, vb = x.get("images_per_s"), y.get("images_per_s")
+        rows.append({"key": key, "a": x or None, "b": y or None,
+                     "ratio": (vb / va) if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
+                     else None})
+    label = lambda d: {"created_at": d.get("created_at"), **{k: d.get("machine", {}).get(k) for k in  # noqa: E731
+                       ("hostname", "cpu", "cores", "gpus", "torch", "fasttrain")}}
+    return {"kind": a.get("kind"), "a": label(a), "b": label(b), "rows": rows}

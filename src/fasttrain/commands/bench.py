@@ -57,7 +57,8 @@ def _say(as_json: bool) -> Any:
 
 def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classes: int, optim: Any,
            say: Any) -> tuple[int | None, str | None]:
-    """--batch-size: None (profile's), a number, or auto -> (batch, message)."""
+    """--batch-size: None (profile's), a number, or auto -> (batch, message). auto gives the batch `train
+    --batch-size auto` would run: the largest that fits, capped at the profile's samples per optimizer step."""
     if value is None:
         return None, None
     from fasttrain.batch_search import check_batch_option
@@ -69,7 +70,7 @@ def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classe
 
     say("--batch-size auto: searching the largest batch that fits (cached after the first run)")
     auto = auto_batch(plan, model, image_size, num_classes=num_classes, optim=optim)
-    return auto.search.batch, auto.message
+    return auto.batch, auto.message
 
 
 def _save(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> Path:
@@ -375,3 +376,50 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
         con.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
                   f"{result['profile_written']})")
     con.print(f"result: {path}")
+
+
+# -- bench compare -------------------------------------------------------------------------------------------
+@bench_app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., metavar="A", help="A result.json or a bench run directory."),
+    b: Path = typer.Argument(..., metavar="B", help="Another one of the same kind (other machine or version)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Two bench results side by side: images/s of A and B per row and the ratio B/A."""
+    from fasttrain.bench_results import compare, read_result
+
+    loaded = []
+    for name, path in (("A", a), ("B", b)):
+        try:
+            loaded.append(read_result(path))
+        except (OSError, ValueError) as exc:
+            raise UserError([Problem(name, f"cannot read a bench result at {path}: {type(exc).__name__}",
+                                     "give a result.json or a runs/bench-* directory", str(path))]) from exc
+    try:
+        result = compare(*loaded)
+    except ValueError as exc:
+        raise UserError([Problem("A/B", str(exc), "compare two results of the same bench")]) from exc
+    if as_json:
+        print_json(result)
+        return
+    from rich.table import Table
+
+    con = console()
+    for name in ("a", "b"):
+        m = result[name]
+        con.print(f"{name.upper()}: {m['created_at']}  {m['hostname']}  {m['cpu']} ({m['cores']} cores)  "
+                  f"GPU {', '.join(m['gpus'] or []) or 'none'}  torch {m['torch']}  fasttrain {m['fasttrain']}")
+    table = Table(title=f"bench compare: {result['kind']}", title_justify="left")
+    for col in ("row", "A", "B", "B / A"):
+        table.add_column(col, justify="left" if col == "row" else "right")
+
+    def cell(d: Any) -> str:
+        if not d:
+            return "-"
+        if d.get("images_per_s") is not None:
+            return f"{d['images_per_s']:.1f} img/s"
+        return ", ".join(f"{k} {v}" for k, v in d.items() if v is not None)
+
+    for r in result["rows"]:
+        table.add_row(r["key"], cell(r["a"]), cell(r["b"]), f"{r['ratio']:.2f}x" if r["ratio"] else "")
+    con.print(table)
