@@ -141,3 +141,26 @@ def test_a_real_run_on_the_cpu_measures_and_skips() -> None:
         assert math.isfinite(by[name]["speedup"])
     assert len(result["samples"]) == 2 and all(len(r) == 4 for r in result["samples"])
     assert by["all"]["note"] == "channels_last + larger_batch"
+
+
+def test_a_setting_that_fails_at_run_time_is_a_skipped_row_not_a_crash() -> None:
+    import torch
+    from torch import nn
+
+    class OomAbove8(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] > 8:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return self.fc(x.mean((2, 3)))
+
+    result = bsp.bench_speedups(profile(batch=8), report("cpu_only"), OomAbove8, image_size=16, num_classes=4,
+                                steps=1, rounds=1, warmup_steps=1, only=["channels_last", "larger_batch"])
+    by = {r["setting"]: r for r in result["rows"]}
+    assert by["larger_batch"]["status"] == "skipped" and by["larger_batch"]["reason"] == (
+        "failed to run: out of memory at batch 12")
+    assert by["channels_last"]["status"] == "measured"
+    assert "all" not in by  # one setting left: nothing to combine

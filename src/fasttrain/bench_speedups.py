@@ -252,6 +252,8 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
 
     warnings: list[str] = []
     plan = variant.plan
+    cand: Candidate | None = None
+    reason = ""
     try:
         trainer = Trainer(plan, optim, model_factory(), steps_per_epoch=10**6,
                           collaborators=Collaborators(warn=warnings.append))
@@ -261,15 +263,18 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
         images, targets = trainer.engine.to_device(images, targets)
         cand = Candidate(variant, trainer, images, targets, warnings)
         run_steps(cand, max(1, warmup_steps))
+        runner = trainer.engine.runner
+        if isinstance(runner, CompileGuard) and not runner.active:
+            reason = f"torch.compile failed, train would run eager: {runner.fallback_reason}"
     except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
         first = (str(exc).strip().splitlines() or [""])[0][:160]
-        reason = f"out of memory at batch {plan.batch_size}" if is_oom(exc) else f"{type(exc).__name__}: {first}"
-        free_device_memory(plan.device)
-        return Skipped(variant.name, f"failed to run: {reason}")
-    runner = trainer.engine.runner
-    if isinstance(runner, CompileGuard) and not runner.active:
-        return Skipped(variant.name, f"torch.compile failed, train would run eager: {runner.fallback_reason}")
-    return cand
+        reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_oom(exc)
+                                      else f"{type(exc).__name__}: {first}")
+    if not reason and cand is not None:
+        return cand
+    cand = trainer = images = targets = runner = None  # noqa: F841 - drop the model and optimizer state
+    free_device_memory(plan.device)  # before the next configuration allocates its own
+    return Skipped(variant.name, reason)
 
 
 def run_steps(cand: Candidate, steps: int) -> float:
