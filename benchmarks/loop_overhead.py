@@ -24,12 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from fasttrain.dashboard import Dashboard
+from fasttrain.optim import param_groups
 from fasttrain.plan import make_plan
 from fasttrain.presets import resolve
 from fasttrain.runlog import RunLog
 from fasttrain.telemetry import Telemetry
 from fasttrain.tiny_models import tiny_cnn
-from fasttrain.train_run import probe
+from fasttrain.hardware import probe
 from fasttrain.trainer import Collaborators, Trainer
 
 
@@ -76,8 +77,8 @@ def main() -> int:
     torch.manual_seed(0)
     base = tiny_cnn(num_classes=9)
     hand_model = copy.deepcopy(base).to(memory_format=torch.channels_last)
-    hand_opt = torch.optim.AdamW(hand_model.parameters(), lr=plan.scaled_lr, weight_decay=profile.optim.weight_decay,
-                                 foreach=True)
+    # Same optimizer settings as the profile: AdamW, no decay on norm/bias (two param groups), foreach kernels.
+    hand_opt = torch.optim.AdamW(param_groups(hand_model, profile.optim.weight_decay), lr=plan.scaled_lr, foreach=True)
     with tempfile.TemporaryDirectory() as tmp:
         telemetry = Telemetry("cpu").start()
         runlog = RunLog(Path(tmp))

@@ -6,7 +6,6 @@ Imported lazily by commands/train.py, so torch is imported only when a training 
 """
 from __future__ import annotations
 
-import os
 import random
 import sys
 import time
@@ -57,29 +56,8 @@ class Prepared:
 
 
 def probe() -> HardwareReport:
-    try:
-        from fasttrain.hardware import probe as hardware_probe
-    except ImportError:  # the doctor's probe has not landed yet: a minimal local report
-        return _local_report()
+    from fasttrain.hardware import probe as hardware_probe
     return hardware_probe()
-
-
-def _local_report() -> HardwareReport:
-    import shutil
-
-    import psutil
-    import torch
-
-    from fasttrain.report import CpuInfo, MemoryInfo, TorchInfo
-    vm = psutil.virtual_memory()
-    cc = shutil.which("gcc") or shutil.which("cc")
-    return HardwareReport(
-        memory=MemoryInfo(ram_total_bytes=vm.total, ram_available_bytes=vm.available),
-        cpu=CpuInfo(logical_cores=os.cpu_count() or 1, usable_cores=len(os.sched_getaffinity(0))),
-        torch=TorchInfo(version=torch.__version__, cuda_available=torch.cuda.is_available(),
-                        device_count=torch.cuda.device_count(), cpu_only_build=torch.version.cuda is None,
-                        c_compiler=cc, compile_ok=cc is not None,
-                        compile_reason="" if cc else "no C compiler for inductor"))
 
 
 def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:

@@ -1,0 +1,126 @@
+"""`fasttrain train` end to end on tiny real image folders: plan, bad inputs, a real run and its files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_subprocess
+from loop_helpers import write_image_folder
+
+# A small profile for tests: 16 px, batch 4, no worker processes, 2 epochs.
+PROFILE = """\
+extends: cpu
+loader:
+  batch_size: 4
+  num_workers: 0
+  prefetch_factor: null
+  persistent_workers: false
+  image_size: 16
+optim:
+  epochs: 2
+  warmup_epochs: 0
+"""
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path]:
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text(PROFILE)
+    return write_image_folder(tmp_path / "data"), profile
+
+
+def test_dry_run_prints_the_plan(cli, setup) -> None:  # noqa: ANN001
+    data, profile = setup
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn", "--dry-run",
+              "--set", "optim.accumulation_steps=2", "--epochs", "3")
+    assert res.code == 0, res.err
+    out = res.out
+    assert "device       cpu: no CUDA GPU" in out
+    assert "precision    bf16-mixed" in out and "no CUDA GPU" in out
+    assert "effective batch 8" in out and "scaled LR 0.000375" in out  # 0.003 x 8 / 64
+    assert "6 per epoch x 3 epochs" in out  # floor(24 train images / 4)
+    assert "workers      0" in out and "\x1b" not in out
+
+
+def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001
+    data, profile = setup
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--json",
+              "--set", "loader.batch_size=8")
+    assert res.code == 0, res.err
+    view = json.loads(res.out)
+    assert view["plan"]["batch_size"] == 8 and view["plan"]["iterations_per_epoch"] == 3
+    assert view["model"] == "resnet18" and view["data"]["num_classes"] == 3 and view["data"]["kind"] == "images"
+    assert view["sources"][-1] == "--set"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--data", "{tmp}/no-such-dir"], "no-such-dir"),
+    (["--data", "{tmp}/empty"], "empty"),
+    (["--model", "resnet_18"], "unknown model 'resnet_18'"),
+    (["--set", "loader.batchsize=8"], "did you mean 'batch_size'"),
+    (["--set", "loader.batch_size=-1"], "loader.batch_size"),
+    (["--set", "nonsense"], "expected KEY=VALUE"),
+    (["--epochs", "0"], "--epochs: must be at least 1"),
+    (["--profile", "cpuu"], "cpu"),
+])
+def test_bad_inputs_exit_2_with_a_reason(cli, setup, tmp_path: Path, args: list[str], expected: str) -> None:  # noqa: ANN001
+    data, profile = setup
+    (tmp_path / "empty" / "train" / "a").mkdir(parents=True)
+    (tmp_path / "empty" / "train" / "b").mkdir(parents=True)
+    base = {"--data": str(data), "--profile": str(profile), "--model": "tiny_cnn"}
+    given = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    for flag, value in base.items():
+        if flag not in given:
+            given += [flag, value]
+    res = cli("train", *given, "--dry-run")
+    assert res.code == 2, (res.out, res.err)
+    assert expected in res.err and "Traceback" not in res.err
+    assert res.err.startswith("fasttrain: error:")
+
+
+def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path: Path) -> None:  # noqa: ANN001
+    data, profile = setup
+    proc = run_subprocess("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn",
+                          "--runs-dir", str(tmp_path / "runs"), "--run-name", "t1", "--save-every", "1",
+                          cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x1b" not in proc.stderr  # not a terminal: plain lines only
+    assert "summary:" in proc.stdout and "final_val_acc1" in proc.stdout
+    run = tmp_path / "runs" / "t1"
+    assert {"last.pt", "best.pt", "epoch_0001.pt", "epoch_0002.pt", "metrics.jsonl", "profile.yaml",
+            "summary.json"} <= {p.name for p in run.iterdir()}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    kinds = [r["kind"] for r in rows]
+    assert kinds.count("epoch") == 2 and "step" in kinds
+    epoch = [r for r in rows if r["kind"] == "epoch"][-1]
+    assert {"train_loss", "val_loss", "val_acc1"} <= set(epoch) and epoch["val_acc5"] is None  # 3 classes
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["epochs_run"] == 2 and summary["precision"] == "bf16-mixed"
+    import torch
+
+    from fasttrain import checkpoint
+    payload = checkpoint.load(run / "last.pt")
+    assert payload["epoch"] == 2 and payload["profile"]["loader"]["batch_size"] == 4
+    assert {"model", "optimizer", "schedule", "rng", "sampler", "plan", "versions"} <= set(payload)
+    from fasttrain.tiny_models import tiny_cnn
+    checkpoint.load_model_state(tiny_cnn(num_classes=3), payload, run / "last.pt")
+    with pytest.raises(Exception, match="does not fit"):
+        checkpoint.load_model_state(tiny_cnn(num_classes=4), payload, run / "last.pt")
+    assert torch.is_tensor(payload["rng"]["torch"])
+
+
+def test_json_summary_and_a_custom_model(cli, setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    data, profile = setup
+    (tmp_path / "mynets.py").write_text(
+        "import torch\n"
+        "def small(num_classes):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, num_classes))\n")
+    monkeypatch.chdir(tmp_path)
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--model", "mynets:small", "--json",
+              "--runs-dir", str(tmp_path / "runs"), "--epochs", "1", "--quiet")
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert summary["model"] == "mynets:small" and summary["epochs_run"] == 1
+    assert 0.0 <= summary["final_val_acc1"] <= 1.0 and Path(summary["checkpoint_last"]).is_file()
