@@ -66,6 +66,8 @@ def test_batch_json_finds_a_tested_size_and_caches(cli, tmp_path: Path, monkeypa
     assert (tmp_path / "cache" / "batch_cache.json").is_file()
     again = json.loads(cli(*args, "--out", str(tmp_path / "b2")).out)
     assert again["search"]["from_cache"] and again["batch"] == data["batch"]
+    higher = json.loads(cli(*args[:-2], "16", "--json", "--out", str(tmp_path / "b3")).out)  # --max-batch 16
+    assert not higher["search"]["from_cache"] and higher["search"]["batch"] == 16  # a higher cap searches again
 
 
 def test_loader_sweep_on_a_tiny_folder_writes_a_valid_profile(cli, tmp_path: Path) -> None:

@@ -344,11 +344,12 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
     key = cache_key(model=model_name, image_size=image_size, precision=plan.precision,
                     channels_last=plan.channels_last, optimizer=optim.optimizer, device_name=device_name,
                     torch_version=torch_version, activation_checkpointing=activation_checkpointing)
+    limit = max_batch or (DEFAULT_MAX_BATCH if plan.device == "cuda" else CPU_MAX_BATCH)
     if use_cache:
         hit = cached(key, path)
-        if hit is not None:
+        # a result that stopped at a lower cap than this search allows says nothing about the sizes above it
+        if hit is not None and not (hit.capped_by == "max_batch" and hit.largest_ok < limit):
             return hit
-    limit = max_batch or (DEFAULT_MAX_BATCH if plan.device == "cuda" else CPU_MAX_BATCH)
     if model_factory is not None:
         factory = model_factory
     elif activation_checkpointing:
