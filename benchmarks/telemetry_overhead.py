@@ -6,8 +6,8 @@ Two measurements, both in this one process:
    record()+update() as a share of a typical 10 ms step.
 2. An interleaved A/B run of a real CPU "step" (a chain of torch matmuls taking about --step-ms): the bare
    loop against the same loop with record()+snapshot()+update() every step -- without threads, with the
-   sampler thread, and with the sampler plus the live screen redrawing REFRESH_PER_SECOND times a second on
-   Rich's thread. Every round runs each variant once in a shuffled order, so machine noise hits them all;
+   sampler thread, and with the sampler plus the live screen (redrawn inline, at most REFRESH_PER_SECOND
+   times a second). Every round runs each variant once in a shuffled order, so machine noise hits them all;
    reported is the median over rounds of the per-round ratio to the bare loop, with its quartiles.
 
 Run: .venv/bin/python benchmarks/telemetry_overhead.py [--rounds 40 --steps 50 --step-ms 10]
@@ -76,8 +76,8 @@ def micro(plan, report) -> dict[str, float]:
         out["update (live)"] = per_call_us(lambda i: dash.update(snap, REC))
         dash.update(snap, REC)
         dash.epoch_end({"epoch": 1, "train_loss": 0.5, "val_acc1": 0.9, "time_s": 10.0})
-        # what Rich's refresh thread does REFRESH_PER_SECOND times a second
-        out["live redraw (Rich thread)"] = per_call_us(lambda i: dash._live.refresh(), calls=50, repeats=9)
+        # what update() does at most REFRESH_PER_SECOND times a second
+        out["live redraw"] = per_call_us(lambda i: dash._live.refresh(), calls=50, repeats=9)
     with tempfile.TemporaryDirectory() as tmp:
         log = RunLog(Path(tmp), tensorboard=True)
         row = {"step": 1, "epoch": 0, "loss": 1.0, "lr": 0.1, "grad_norm": 2.0, "images_per_s": 640.0}
@@ -172,12 +172,12 @@ def main() -> None:
     for name, us in figures.items():
         print(f"{name:32} {us:9.2f} {us / 10_000:18.3%}")
     per_step = figures["record"] + figures["snapshot"] + figures["update (live)"]
-    redraw_share = figures["live redraw (Rich thread)"] * REFRESH_PER_SECOND / 1e6
+    redraw_share = figures["live redraw"] * REFRESH_PER_SECOND / 1e6
     print(f"\nper step, record()+snapshot()+update(live): {per_step:.1f} us = {per_step / 10_000:.2%} of a 10 ms step")
     print(f"sampler: {figures['sampler: one sample (bg thread)'] / 1000:.2f} ms once a second = "
           f"{figures['sampler: one sample (bg thread)'] / 1e6:.2%} of one core's time (on its own thread)")
-    print(f"live redraws: {figures['live redraw (Rich thread)'] / 1000:.2f} ms x {REFRESH_PER_SECOND}/s = "
-          f"{redraw_share:.2%} of one core's time (on Rich's thread)")
+    print(f"live redraws: {figures['live redraw'] / 1000:.2f} ms x {REFRESH_PER_SECOND}/s = "
+          f"{redraw_share:.2%} of the training thread's time at most")
 
     if not args.skip_ab:
         results = ab(plan, report, args.rounds, args.steps, args.step_ms)

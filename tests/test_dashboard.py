@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 
 import pytest
 from rich.console import Console
@@ -119,6 +120,20 @@ def test_live_mode_renders_every_part(plan, report) -> None:
                  "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
                  "epochs", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
         assert part in plain, part
+
+
+def test_live_mode_redraws_inline_at_most_four_times_a_second(plan) -> None:
+    buf, clock = io.StringIO(), Clock()
+    console = Console(file=buf, force_terminal=True, width=120)
+    tel = telemetry_after(30, Clock())
+    threads_before = set(threading.enumerate())
+    with Dashboard(plan, total_batches=400, epochs=4, mode="live", console=console, clock=clock) as dash:
+        assert set(threading.enumerate()) == threads_before  # no refresh thread of Rich's
+        for i in range(1, 101):  # 100 updates over one second of the injected clock
+            clock.now = i / 100
+            dash.update(tel.snapshot(), None)
+        drawn = buf.getvalue().count("fasttrain  profile cpu")
+    assert drawn == 1 + 4  # the first frame at start, then one per 0.25 s
 
 
 def test_live_mode_survives_an_empty_and_a_broken_snapshot(plan) -> None:

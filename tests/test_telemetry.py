@@ -177,13 +177,13 @@ def test_sampler_thread_on_cpu_reads_host_ram_and_says_why_no_gpu() -> None:
     calls = threading.Event()
     count = [0]
 
-    from fasttrain.telemetry import _host_sample
+    from fasttrain.telemetry_readers import host_sample
 
     def host() -> dict:
         count[0] += 1
         if count[0] >= 3:
             calls.set()
-        return _host_sample()
+        return host_sample()
 
     tel = Telemetry("cpu", sample_interval_s=0.01, host_reader=host)
     tel.start()
@@ -205,7 +205,7 @@ def test_run_rss_counts_the_loader_worker_processes() -> None:
 
     import psutil
 
-    from fasttrain.telemetry import _tree_rss_bytes
+    from fasttrain.telemetry_readers import tree_rss_bytes
 
     ctx = multiprocessing.get_context("fork")
     ready, done = ctx.Event(), ctx.Event()
@@ -215,7 +215,7 @@ def test_run_rss_counts_the_loader_worker_processes() -> None:
         assert ready.wait(30)
         own = psutil.Process().memory_info().rss
         kid = psutil.Process(child.pid).memory_info().rss
-        tree = _tree_rss_bytes()
+        tree = tree_rss_bytes()
         assert tree is not None and tree > own
         assert tree == pytest.approx(own + kid, rel=0.1)
     finally:

@@ -1,10 +1,12 @@
 """The training dashboard: Rich Live on a terminal, plain lines off it, or (almost) nothing with --quiet.
 
-The loop calls `update(snapshot, rec)` every batch; that only stores references (a few hundred
-nanoseconds). Drawing happens elsewhere and is throttled: in "live" mode Rich's own refresh thread
-redraws at most REFRESH_PER_SECOND times a second; in "plain" mode a line is written at most every
-`plain_every_s` seconds. That keeps the dashboard's share of a training step far below the 3% budget
-(benchmarks/telemetry_overhead.py measures it).
+The loop calls `update(snapshot, rec)` every batch (or at every sync); that stores references and
+checks a clock. Drawing is throttled and happens on the calling thread: the live screen is redrawn at
+most REFRESH_PER_SECOND times a second, a plain line written at most every `plain_every_s` seconds.
+Why not Rich's own refresh thread: a redraw holds the GIL for 1-2 ms, and on a loaded machine a
+background thread preempted while holding it stalls the training thread far longer than the redraw
+itself (measured with benchmarks/telemetry_overhead.py: ~0.92 of bare throughput on a busy 2-core box);
+drawn inline, the cost is exactly the redraw and only when there is something new to show.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from fasttrain.plan import Plan
 from fasttrain.report import HardwareReport
 
 MODES = ("live", "plain", "quiet")
-# 4 redraws a second looks live to a person and costs ~1 ms of the GIL each (measured in the benchmark).
+# 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
 REFRESH_PER_SECOND = 4
 # Epoch rows kept on the live screen; the rest are in metrics.jsonl and the final summary.
 LIVE_EPOCH_ROWS = 8
@@ -205,6 +207,7 @@ class Dashboard:
         self._live: Any = None
         self._epoch_cache: Any = None  # (key, rendered epoch table), see dashboard_view
         self._last_plain: float | None = None
+        self._last_draw = 0.0
         self._last_kind: str | None = None
         self._closed = False
 
@@ -213,9 +216,10 @@ class Dashboard:
         if self.mode == "live":
             from rich.live import Live
 
-            self._live = Live(console=self.console, get_renderable=self._render_safe,
-                              refresh_per_second=REFRESH_PER_SECOND, transient=False)
-            self._live.start()
+            self._live = Live(console=self.console, get_renderable=self._render_safe, auto_refresh=False,
+                              transient=False)
+            self._live.start(refresh=True)
+            self._last_draw = self._clock()
         elif self.mode == "plain":
             self._write(f"fasttrain: {self._header()}")
         return self
@@ -235,10 +239,16 @@ class Dashboard:
 
     # -- the loop's calls ------------------------------------------------------------------------
     def update(self, snapshot: dict[str, Any] | None, rec: Any = None) -> None:
-        """Store the latest figures; drawing is throttled elsewhere (live) or here by the clock (plain)."""
+        """Store the latest figures; redraw (live) or write a line (plain) when the throttle allows."""
         if snapshot is not None:
             self._snap = snapshot
         self._rec = rec
+        if self.mode == "live":
+            now = self._clock()
+            if self._live is not None and now - self._last_draw >= 1.0 / REFRESH_PER_SECOND:
+                self._last_draw = now
+                self._live.refresh()
+            return
         if self.mode != "plain":
             return
         now = self._clock()

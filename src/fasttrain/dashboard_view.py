@@ -1,10 +1,10 @@
-"""The Rich layout of the live dashboard screen (drawn on Rich's refresh thread, a few times a second).
+"""The Rich layout of the live dashboard screen (redrawn from Dashboard.update(), a few times a second).
 
 Kept apart from dashboard.py so that the mode logic stays short; everything here is pure layout:
 it reads the Dashboard's stored state and a telemetry snapshot and returns a renderable.
 
-Cost matters here: the redraw holds the GIL, so every millisecond it takes is a millisecond the
-training thread may wait. Nested rich Tables cost ~10 ms a redraw (measured in
+Cost matters here: the redraw runs on the training thread, so every millisecond it takes is a
+millisecond of training. Nested rich Tables cost ~10 ms a redraw (measured in
 benchmarks/telemetry_overhead.py), so the screen is built from pre-padded Text lines with hand-drawn
 bars, and the epoch table -- which changes once an epoch -- is rendered once and reused.
 """
