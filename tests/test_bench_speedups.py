@@ -100,7 +100,8 @@ def test_table_rows_carry_claims_verdicts_and_skip_reasons() -> None:
     assert [r["setting"] for r in rows] == ["baseline", "fp16", "bf16", "channels_last", "all"]
     assert by["fp16"]["status"] == "skipped" and "GradScaler" in by["fp16"]["reason"]
     assert by["fp16"]["claimed_speedup"] == 2.0 and "kaggle-t4-guide" in by["fp16"]["claimed"]
-    assert by["channels_last"]["claimed_speedup"] == 1.15 and by["channels_last"]["verdict"] == "96% of the claim"
+    assert by["channels_last"]["claimed_speedup"] == 1.15 and by["channels_last"]["verdict"] == (
+        "unclear: rounds disagree (0.90-1.20x)")
     assert by["bf16"]["verdict"] == "slower here" and by["bf16"]["claimed"] == "no figure in the notes"
     assert by["all"]["claimed_speedup"] == 3.8 and by["all"]["note"] == "bf16 + channels_last"
     assert bsp.product_of_singles(rows) == pytest.approx(1.1 * 0.51)
@@ -125,6 +126,9 @@ def test_verdict_words() -> None:
     assert bsp.verdict(0.8, 1.2) == "slower here"
     assert bsp.verdict(1.3, 1.2) == "as claimed or better"
     assert bsp.verdict(1.1, None) == "faster"
+    assert bsp.verdict(1.1, 1.15, 1.05, 1.2) == "96% of the claim"  # every round faster: the median stands
+    assert bsp.verdict(0.8, 1.2, 0.7, 1.1) == "unclear: rounds disagree (0.70-1.10x)"
+    assert bsp.verdict(1.01, 1.2, 0.7, 1.3) == "no gain here"
 
 
 def test_a_real_run_on_the_cpu_measures_and_skips() -> None:

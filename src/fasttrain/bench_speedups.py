@@ -180,7 +180,12 @@ def summarize(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def verdict(measured: float, claimed: float | None) -> str:
+def verdict(measured: float, claimed: float | None, low: float | None = None, high: float | None = None) -> str:
+    """Words for the verdict column. When some rounds were faster and some slower than the baseline the median
+    alone would overstate what is known, so the row says the rounds disagree."""
+    if measured < 1 - NOISE_BAND or measured > 1 + NOISE_BAND:
+        if low is not None and high is not None and low < 1.0 < high:
+            return f"unclear: rounds disagree ({low:.2f}-{high:.2f}x)"
     if measured < 1 - NOISE_BAND:
         return "slower here"
     if measured <= 1 + NOISE_BAND:
@@ -208,7 +213,8 @@ def speedup_rows(summary: dict[str, dict[str, float]], variants: list[Variant], 
             s = summary[name]
             row.update(status="measured", images_per_s=s["images_per_s"], speedup=s["speedup"],
                        speedup_low=s["speedup_low"], speedup_high=s["speedup_high"],
-                       verdict="reference" if name == BASELINE else verdict(s["speedup"], claimed))
+                       verdict="reference" if name == BASELINE else verdict(s["speedup"], claimed,
+                                                                            s["speedup_low"], s["speedup_high"]))
         elif name in skip:
             row.update(status="skipped", reason=skip[name])
         else:
