@@ -128,6 +128,14 @@ def test_transfer_bound_with_pinned_memory_suggests_smaller_dtype() -> None:
     assert v.kind == "transfer-bound" and "uint8" in v.text
 
 
+def test_transfer_bound_on_the_cpu_is_the_layout_conversion() -> None:
+    report = cpu_machine()
+    plan = plan_for("cpu", report, "speed.channels_last=true")
+    v = verdict.assess(measured(wait=0.001, h2d=0.03, compute=0.069), plan, report)
+    assert v.kind == "transfer-bound" and "on the CPU" in v.text and "speed.channels_last=false" in v.text
+    assert "pin_memory" not in v.text and "GPU" not in v.text
+
+
 def test_compute_bound_with_everything_on() -> None:
     report = a10g_machine()
     plan = plan_for("aws-a10g", report)

@@ -141,8 +141,13 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
 
 
 def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
+    if plan.device != "cuda":  # no copy to a GPU: the time is the batch's layout/dtype conversion on the host
+        head = f"transfer-bound: {h2d:.0%} of each step converts batches for the model on the CPU"
+        fix = ("try --set speed.channels_last=false (the NHWC conversion of every batch costs more than it saves)"
+               if plan.channels_last else "have the loader hand over batches in the model's dtype and layout")
+        return Verdict("transfer-bound", f"{head}; {fix}")
     head = f"transfer-bound: {h2d:.0%} of each step copies batches to the device"
-    if plan.device == "cuda" and not plan.pin_memory:
+    if not plan.pin_memory:
         fix = "turn on loader.pin_memory so copies run with non_blocking=True and overlap compute"
     else:
         fix = "send images as uint8 and normalise on the GPU (4x fewer bytes than float32), or use a smaller image_size"
