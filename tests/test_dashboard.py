@@ -181,6 +181,9 @@ def test_progress_and_eta_over_epochs() -> None:
     assert db.progress_of(snap, 400) == (210, 400)
     assert db.eta_s(snap, 400) == pytest.approx(190 * 0.5)
     assert db.fmt_duration(3725) == "1:02:05"
+    assert (db.fmt_value("wall_s", 129.4), db.fmt_value("val_s", 10.06), db.fmt_value("step_time_s", 0.0123)) == \
+        ("0:02:09", "10.1 s", "0.0123 s")
+    assert (db.fmt_value("images_per_s", 640.0), db.fmt_value("peak_bytes", 3 * 2**30)) == ("640", "3.0 GiB")
 
 
 def test_unknown_mode_is_refused(plan) -> None:

@@ -87,10 +87,8 @@ def fmt_value(key: str, value: Any) -> str:
         return f"{value:.0f}%"
     if key.endswith("_w"):
         return f"{value:.0f} W"
-    if key == "time_s" or key.endswith("_time_s") and value >= 60:
-        return fmt_duration(value)
-    if key.endswith("_s") and not key.endswith("per_s"):
-        return f"{value:.3g} s"
+    if key.endswith("_s") and not key.endswith("per_s"):  # seconds: a clock reading from a minute up
+        return fmt_duration(value) if key == "time_s" or value >= 60 else f"{value:.3g} s"
     return fmt_num(value)
 
 
