@@ -48,7 +48,7 @@ def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) 
     return report, resolved.profile, profile
 
 
-def _say(as_json: bool) -> Any:
+def _say() -> Any:
     """Progress lines on stderr (stdout stays clean for --json)."""
     def say(text: str) -> None:
         print(f"  {text}", file=sys.stderr, flush=True)
@@ -136,7 +136,7 @@ def speedups_cmd(
 
     create_model(model, num_classes)  # an unknown name fails now, with close matches
     size = prof.loader.image_size
-    say = _say(as_json)
+    say = _say()
     batch, batch_msg = _batch(batch_size, make_plan(prof, report), model, size, num_classes, prof.optim, say)
     result = bench_speedups(prof, report, lambda: create_model(model, num_classes), image_size=size,
                             num_classes=num_classes, batch=batch, steps=steps, rounds=rounds, warmup_steps=warmup,
@@ -206,7 +206,7 @@ def batch_cmd(
     report, prof, ref = _setup(profile, sets, image_size)
     create_model(model, num_classes)
     plan = make_plan(prof, report)
-    say = _say(as_json)
+    say = _say()
     say(f"searching on {plan.device} in {plan.precision}" + (", channels_last" if plan.channels_last else ""))
     auto = bs.auto_batch(plan, model, prof.loader.image_size, num_classes=num_classes, optim=prof.optim,
                          use_cache=not no_cache, max_batch=max_batch,
@@ -285,7 +285,7 @@ def loader_cmd(
     from fasttrain.datasets import build_datasets
     from fasttrain.plan import make_plan
 
-    say = _say(as_json)
+    say = _say()
     bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
     if bundle.kind != "images":
         raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
