@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,34 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     ckpt.train_epoch([(x, y)], epoch=0)
     for a, b in zip(plain.model.state_dict().values(), ckpt.model.state_dict().values()):
         torch.testing.assert_close(a, b)
+
+
+def test_early_stopping_after_patience_epochs_without_a_better_val_acc() -> None:
+    plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 8},
+                             optim={**SGD_PLAIN, "base_lr": 1e-12, "early_stopping_patience": 2, "epochs": 10})
+    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=2)
+    result = trainer.fit(_separable(2, 0), _separable(2, 1), epochs=10)
+    assert result.stopped_early and result.epochs_run == 3 and result.best_epoch == 1  # LR ~0: nothing improves
+    assert any("early stop after epoch 3" in n for n in result.notes)
+
+
+def test_fp16_overflow_step_is_skipped_and_reported() -> None:
+    plan, profile = cpu_plan(optim={**SGD_PLAIN})
+    plan.precision = "fp16-mixed"
+
+    class Log:
+        rows: list[dict] = []
+
+        def log_step(self, row: dict) -> None:
+            self.rows.append(row)
+
+    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=2, collaborators=Collaborators(runlog=Log()))
+    (x, y), good = _batches(2, 4)
+    # fp16 overflows -> inf loss and gradients -> the GradScaler skips the step and halves its scale
+    row = trainer.train_epoch([(x * 1e30, y), good], epoch=0)
+    assert Log.rows[0]["skipped"] is True and Log.rows[0]["amp_scale"] == 2.0 ** 15
+    assert Log.rows[-1]["skipped"] is False and Log.rows[-1]["amp_scale"] == 2.0 ** 15
+    assert row["train_nonfinite_batches"] == 1 and math.isfinite(row["train_loss"])
 
 
 def test_diverged_training_fails_the_job() -> None:

@@ -107,6 +107,7 @@ class Trainer:
         engine.module.train()
         n = batches if batches is not None else len(loader)  # type: ignore[arg-type]
         loss_sum = torch.zeros((), device=self.device)
+        nonfinite = torch.zeros((), device=self.device, dtype=torch.long)
         images_seen, pending = 0, []
         started = last_log = time.perf_counter()
         it = iter(loader)
@@ -128,7 +129,11 @@ class Trainer:
             window, closes = window_length(i, n, self.accumulation)
             lr = self.schedule.current()  # the LR this batch's optimizer step uses
             loss = engine.forward_backward(images, targets, window)
-            loss_sum += loss
+            ok = torch.isfinite(loss)  # kept on the device: no sync per step
+            loss_sum += torch.where(ok, loss, 0.0)
+            nonfinite += ~ok
+            # Reading the scale syncs a GPU, so a skipped fp16 step (inf/NaN gradients) is detected on logged steps.
+            scale_before = self.precision.scale if log_now and closes and self.precision.scaler is not None else None
             norm = engine.optimizer_step(want_norm=log_now) if closes else None
             if ev:
                 ev[2].record()
@@ -143,6 +148,7 @@ class Trainer:
                 fields["loss"] = float(loss)          # the one sync of this log interval
                 fields["grad_norm"] = float(norm) if norm is not None else None
                 fields["amp_scale"] = self.precision.scale
+                fields["skipped"] = scale_before is not None and fields["amp_scale"] < scale_before
             pending.append(_Pending(fields, tuple(ev) if ev else None))
             self.batch_in_epoch = i + 1
             if log_now:
@@ -150,12 +156,14 @@ class Trainer:
                 pending = []
                 last_log = time.perf_counter()
         self._flush(pending)
-        seen_batches = self.batch_in_epoch
-        mean_loss = float(loss_sum) / max(1, seen_batches)
-        if not math.isfinite(mean_loss):
-            raise JobFailed(f"training diverged in epoch {epoch + 1}: the mean training loss is {mean_loss} "
+        seen_batches, bad = self.batch_in_epoch, int(nonfinite)
+        # fp16 overflows now and then (the GradScaler skips those steps); a whole epoch of them is divergence.
+        if seen_batches and bad == seen_batches:
+            raise JobFailed(f"training diverged in epoch {epoch + 1}: every training loss was NaN or infinite "
                             f"(LR {self.schedule.current():.4g}); lower optim.base_lr or set optim.clip_grad_norm")
-        return {"train_loss": mean_loss, "train_images": images_seen, "train_s": time.perf_counter() - started}
+        mean_loss = float(loss_sum) / max(1, seen_batches - bad)
+        return {"train_loss": mean_loss, "train_nonfinite_batches": bad, "train_images": images_seen,
+                "train_s": time.perf_counter() - started}
 
     def _flush(self, pending: list[_Pending]) -> None:
         if not pending:
