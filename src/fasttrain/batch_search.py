@@ -370,9 +370,13 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
     return result
 
 
-def explain(result: SearchResult, batch: int, accumulation: int, target: int, world: int) -> str:
-    """One or two sentences: what was found, how, and what the effective batch became."""
+def explain(result: SearchResult, batch: int, accumulation: int, target: int, world: int,
+            asked: tuple[int, int] | None = None) -> str:
+    """One or two sentences: what was found, how, and what the effective batch became. `asked`: the profile's
+    (batch, accumulation), named when auto changed them."""
     effective = batch * accumulation * world
+    was = (f" (the profile asked {asked[0]} x {asked[1]} accumulation)"
+           if asked is not None and asked != (batch, accumulation) else "")
     where = "cached result" if result.from_cache else f"{len(result.trials)} trials"
     if result.capped_by == "max_batch":
         head = (f"batch auto: every size up to the cap {result.largest_ok} ran, no memory limit reached, so "
@@ -389,6 +393,8 @@ def explain(result: SearchResult, batch: int, accumulation: int, target: int, wo
                 f"set loader.batch_size up to {result.batch} to use the headroom.")
     else:
         tail = f"Using batch {batch} (effective {effective})."
+    if was:
+        tail = tail.rstrip(".") + was + "."
     if effective != target:
         tail += f" The effective batch differs from the profile's {target}; the LR is scaled for {effective}."
     return head + tail
@@ -410,7 +416,8 @@ def auto_batch(plan: Any, model_name: str, image_size: int, **kwargs: Any) -> Au
     batch, accumulation = batch_and_accumulation(target, result.batch)
     world = max(1, plan.world_size)
     return AutoBatch(batch, accumulation, batch * accumulation * world, target * world, result,
-                     explain(result, batch, accumulation, target * world, world))
+                     explain(result, batch, accumulation, target * world, world,
+                             (plan.batch_size, max(1, plan.accumulation_steps))))
 
 
 def auto_flags(batch: int, accumulation: int) -> dict[str, tuple[str, int]]:
