@@ -257,7 +257,7 @@ class Trainer:
                     stale += 1
                 self.batch_in_epoch = 0
                 if io.checkpoints is not None:
-                    io.checkpoints.save_epoch(self.state(epoch + 1, row), epoch, is_best or acc is None)
+                    io.checkpoints.save_epoch(self.state(epoch + 1, row), epoch, is_best)
                 result.history.append(row)
                 result.epochs_run += 1
                 if io.runlog is not None:
