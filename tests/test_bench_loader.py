@@ -67,6 +67,13 @@ def test_keeping_up_with_the_training_rate() -> None:
     slow = bl.keeps_up(200, 240, cpu_only=True)
     assert slow["keeps_up"] is False and "input-bound" in slow["message"] and "share the same cores" in slow["message"]
     assert bl.keeps_up(1000, None, cpu_only=True)["keeps_up"] is None
+    gpu = bl.keeps_up(1000, 2000, cpu_only=True, source="estimate's forecast for A10G")
+    assert gpu["keeps_up"] is False and "forecast for A10G" in gpu["message"] and "share" not in gpu["message"]
+
+
+def test_no_forecast_for_a_profile_without_a_gpu() -> None:
+    assert bl.forecast_rate(presets.resolve("cpu", env={}).profile, "tiny_cnn", num_classes=9,
+                            dataset_size=5400) is None
 
 
 @pytest.mark.parametrize("workers,prefetch", [(2, 4), (0, None)])

@@ -143,23 +143,45 @@ def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE
     return choice, reason
 
 
-def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool) -> dict[str, Any]:
-    """Does the loader feed the model? -> {keeps_up: bool | None, ratio, message}."""
+def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool,
+             source: str = "measured here") -> dict[str, Any]:
+    """Does the loader feed the model? -> {keeps_up: bool | None, ratio, train_images_per_s, source, message}.
+    `source` says where the training rate comes from: measured here, or estimate's forecast for the profile's
+    GPU when this machine has none."""
     if not train_rate:
-        return {"keeps_up": None, "ratio": None, "train_images_per_s": None,
+        return {"keeps_up": None, "ratio": None, "train_images_per_s": None, "source": None,
                 "message": "training rate not measured (--model none)"}
     ratio = loader_rate / train_rate
     ok = ratio >= KEEP_UP_HEADROOM
     if ok:
-        msg = f"keeps up: the loader delivers {ratio:.1f}x what the model trains on ({train_rate:.0f} img/s)"
+        msg = (f"keeps up: the loader delivers {ratio:.1f}x what the model trains on ({train_rate:.0f} img/s, "
+               f"{source})")
     else:
         msg = (f"input-bound: the loader delivers {loader_rate:.0f} img/s, the model could train on "
-               f"{train_rate:.0f} img/s ({ratio:.2f}x); use more cores, smaller or pre-decoded images, or lighter "
-               "augmentation")
-    if cpu_only:
+               f"{train_rate:.0f} img/s ({source}; {ratio:.2f}x); use more cores, smaller or pre-decoded images, "
+               "or lighter augmentation")
+    if cpu_only and source == "measured here":
         msg += ("; on a CPU-only machine the workers and the training share the same cores, so measured apart "
                 "both rates are optimistic")
-    return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "message": msg}
+    return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "source": source, "message": msg}
+
+
+def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:
+    """estimate's forecast of training images/s on the GPU the profile names, for when this machine has no GPU
+    (the loader measured here must keep up with *that* GPU). None when estimate cannot forecast it."""
+    if not profile.hardware.gpu:
+        return None
+    try:
+        from fasttrain import estimate_gather as eg
+
+        req = eg.Request(model_name, num_classes, dataset_size, "bench loader", None, None, [], None, None)
+        fc, _ = eg.forecast_for(profile, req, None)
+    except Exception:  # noqa: BLE001 - a forecast is optional: fall back to measuring here
+        return None
+    rate = fc.speed.get("images_per_s")
+    if not rate:
+        return None
+    return float(rate), f"estimate's forecast for {fc.device.get('name') or profile.hardware.gpu}"
 
 
 def profile_yaml(extends: str, choice: Point, note: str) -> str:

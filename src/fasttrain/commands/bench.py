@@ -309,11 +309,18 @@ def loader_cmd(
     points = bl.combine_rounds(samples)
     knee = bl.find_knee(points)
     choice, why = bl.recommend(points, plan.ram_budget_bytes)
-    train_rate = None
-    if train_model is not None:
+    train_rate, source = None, "measured here"
+    forecast = None
+    if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
+        forecast = bl.forecast_rate(prof, train_model, num_classes=bundle.num_classes, dataset_size=bundle.train_size)
+    if forecast is not None:
+        train_rate, source = forecast
+    elif train_model is not None:
         say(f"measuring the training rate of {train_model} (synthetic inputs, same step code as train)")
         train_rate = bl.training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
-    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda")
+        if prof.hardware.gpu and plan.device != "cuda":
+            source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
+    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
     best = max(points, key=lambda p: p.images_per_s)
     zero = next((p for p in points if p.workers == 0), None)
     result: dict[str, Any] = {
