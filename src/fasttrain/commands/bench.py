@@ -97,7 +97,7 @@ def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None
     return names
 
 
-def _bar(value: float, top: float, width: int = 20) -> str:
+def _bar(value: float, top: float, width: int = 16) -> str:
     filled = 0 if top <= 0 else round(width * value / top)
     return "█" * filled + "·" * (width - filled)
 
