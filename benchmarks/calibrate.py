@@ -108,7 +108,8 @@ def forecast_row(row: Row, factors: dict) -> float | None:
     if dev.ceilings is None:
         return None
     table, params = table_for(row.model, row.image_size, row.precision)
-    t = step_time(table, row.batch, dev.ceilings, params=params, optimizer="sgd")
+    t = step_time(table, row.batch, dev.ceilings, params=params, optimizer="sgd",
+                  mixed_precision=row.precision != "fp32")
     per_gpu = row.batch / t.seconds
     return per_gpu * row.num_gpus * (dev.multi_device_efficiency if row.num_gpus > 1 else 1.0)
 
@@ -160,6 +161,8 @@ def summarise(rows: list[Row], factors: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="also refit the CPU factors from steps measured here")
+    ap.add_argument("--cpu-refit", action="store_true",
+                    help="refit the CPU factors from benchmarks/cpu_measurements.json without measuring")
     args = ap.parse_args(argv)
     old = json.loads(OUTPUT.read_text()) if OUTPUT.exists() else {}
     rows = reference_rows()
@@ -177,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         "fitted_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         **fit,
     }
-    if args.cpu:
+    if args.cpu or args.cpu_refit:
         import cpu_fit  # benchmarks/cpu_fit.py: measures steps here
-        out["cpu"], out["cpu_fit"] = cpu_fit.fit_cpu()
+        out["cpu"], out["cpu_fit"] = cpu_fit.fit_cpu(refit_only=args.cpu_refit)
     OUTPUT.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: out[k] for k in ("gpu", "gpu_fit")}, indent=2))
     return 0

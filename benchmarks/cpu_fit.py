@@ -38,22 +38,27 @@ def cpu_plan(batch: int, image_size: int):
 
 
 def measure_case(model: str, image_size: int, batch: int, steps: int = 2) -> dict:
-    """One interleave slot: the ceiling just before AND just after real steps (geometric mean), so the
-    forecast sees the same neighbours the steps saw. -> images/s, ceiling, op table."""
+    """One interleave slot: the ceiling just before AND just after real steps (geometric mean), at the
+    threads `train` uses, so the forecast sees the same neighbours the steps saw. The plan is the shipped
+    `cpu` preset (its precision, layout and workers) at this batch and size. -> images/s, ceiling, op table."""
     from fasttrain import cost, cpu_ceiling, models, trainer
+    from fasttrain.estimate_gather import cpu_dtype, cpu_threads_for
     plan, prof = cpu_plan(batch, image_size)
+    threads = cpu_threads_for(plan)
     net = models.create_model(model, num_classes=1000)
-    c = cost.model_cost(model, image_size, num_classes=1000)
+    c = cost.model_cost(model, image_size, num_classes=1000, precision=plan.precision)
     cpu_ceiling.measure.cache_clear()
-    before = cpu_ceiling.measure()
+    before = cpu_ceiling.measure(threads, cpu_dtype(plan))
     got = trainer.run_synthetic_steps(plan, net, image_size=image_size, num_classes=1000, steps=steps,
                                       warmup_steps=1, optim=prof.optim)
     cpu_ceiling.measure.cache_clear()
-    after = cpu_ceiling.measure()
+    after = cpu_ceiling.measure(threads, cpu_dtype(plan))
+    print(f"    steps {got['images_per_s']:.1f} images/s between ceilings {before.peak_flops / 1e9:.0f} and "
+          f"{after.peak_flops / 1e9:.0f} GFLOP/s ({threads} threads, {plan.precision})", flush=True)
     return {"model": model, "image_size": image_size, "batch": batch, "images_per_s": got["images_per_s"],
             "peak_flops": math.sqrt(before.peak_flops * after.peak_flops),
             "bandwidth": math.sqrt(before.bandwidth * after.bandwidth), "params": c.params,
-            "table": OpTable.from_ops(c.ops)}
+            "optimizer": prof.optim.optimizer, "precision": plan.precision, "table": OpTable.from_ops(c.ops)}
 
 
 def measure_rounds(cases: list[tuple[str, int, int]], rounds: int = 3, log=print) -> list[dict]:
@@ -78,15 +83,16 @@ def forecast_cpu(m: dict, f: dict) -> float:
     c = Ceilings(peak_flops=m["peak_flops"], bandwidth=m["bandwidth"], compute_efficiency=f["compute_efficiency"],
                  memory_efficiency=f["memory_efficiency"], depthwise_efficiency=f["depthwise_efficiency"],
                  op_overhead_s=f["op_overhead_s"])
-    return m["batch"] / step_time(m["table"], m["batch"], c, params=m["params"], optimizer="sgd").seconds
+    return m["batch"] / step_time(m["table"], m["batch"], c, params=m["params"], optimizer=m["optimizer"],
+                                 mixed_precision=m.get("precision", "fp32") != "fp32").seconds
 
 
 def fit(measured: list[dict]) -> dict:
     best = None
-    for ec in np.geomspace(0.05, 1.5, 24):
-        for em in np.geomspace(0.05, 2.0, 18):
-            for dw in np.geomspace(0.02, 1.0, 8):
-                for oh in (0.0, 5e-6, 1e-5, 2e-5, 4e-5, 8e-5):
+    for ec in np.geomspace(0.01, 1.0, 30):
+        for em in np.geomspace(0.05, 1.0, 18):
+            for dw in np.geomspace(0.0005, 1.0, 14):
+                for oh in (0.0, 1e-5, 2e-5, 4e-5, 8e-5, 1.2e-4, 1.6e-4, 2.4e-4, 3.2e-4):
                     f = {"compute_efficiency": float(ec), "memory_efficiency": float(em),
                          "depthwise_efficiency": float(dw), "op_overhead_s": oh}
                     err = sum(math.log(forecast_cpu(m, f) / m["images_per_s"]) ** 2 for m in measured)
@@ -95,14 +101,32 @@ def fit(measured: list[dict]) -> dict:
     return best[1]
 
 
-def fit_cpu() -> tuple[dict, dict]:
+MEASUREMENTS = ROOT / "benchmarks" / "cpu_measurements.json"
+
+
+def fit_cpu(refit_only: bool = False) -> tuple[dict, dict]:
+    """Measure (or, with refit_only, reuse benchmarks/cpu_measurements.json) and fit the CPU factors."""
     import datetime as dt
-    measured = measure_rounds(CALIBRATION_CASES)
+    import json
+    from fasttrain import cost
+    if refit_only:
+        raw = json.loads(MEASUREMENTS.read_text())
+    else:
+        raw = [{k: v for k, v in m.items() if k != "table"} for m in measure_rounds(CALIBRATION_CASES)]
+        MEASUREMENTS.write_text(json.dumps(raw, indent=2) + "\n")
+    measured = []
+    for m in raw:
+        plan, _prof = cpu_plan(m["batch"], m["image_size"])
+        c = cost.model_cost(m["model"], m["image_size"], num_classes=1000, precision=plan.precision)
+        measured.append(m | {"table": OpTable.from_ops(c.ops), "params": c.params, "precision": plan.precision})
     factors = fit(measured)
     report = [{"case": f"{m['model']}@{m['image_size']} b{m['batch']}", "measured": round(m["images_per_s"], 2),
                "forecast": round(forecast_cpu(m, factors), 2)} for m in measured]
-    info = {"method": "per-op roofline over the ceiling measured just before each case (fp32 matmul FLOP/s, copy "
-                      "bandwidth); grid search minimising squared log(forecast/measured); 3 interleaved rounds, medians",
+    info = {"method": "per-op roofline over the ceiling measured just before and after each case (geometric mean of "
+                      "matmul FLOP/s in the plan's dtype and copy bandwidth, each a mean over ~60 ms so neighbours' "
+                      "time slices count); grid search minimising squared log(forecast/measured), efficiencies "
+                      "capped at 1; 3 interleaved rounds, medians; raw data in benchmarks/cpu_measurements.json",
+            "plan": "the shipped cpu preset at each case's batch and image size",
             "fitted_on": report, "machine": _machine(),
             "fitted_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")}
     return factors, info

@@ -114,9 +114,21 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
     from fasttrain import cpu_ceiling
     plan = make_plan(profile, local, dataset_size)
-    ceiling = cpu_ceiling.measure()
+    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan))
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes)
     return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
+
+
+def cpu_threads_for(plan: Plan) -> int | None:
+    """The compute threads `train` will use on this CPU (cores minus loader workers), unless OMP_NUM_THREADS says."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    from fasttrain.model_setup import cpu_threads
+    return cpu_threads(plan.workers)
+
+
+def cpu_dtype(plan: Plan) -> str:
+    return "bfloat16" if plan.precision == "bf16-mixed" else "float32"
 
 
 _COSTS: dict[tuple, Any] = {}
@@ -155,8 +167,11 @@ def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareRepor
             rows.append(compare_row(name, fc))
     else:
         from fasttrain import presets
+        # The same work on every preset: this plan's image size and epochs, each preset's own machine and settings.
+        same_work = dataclasses.replace(req, sets=[], image_size_flag=profile.loader.image_size,
+                                        epochs_flag=profile.optim.epochs)
         for name in presets.preset_names():
-            res = resolve_profile(name, dataclasses.replace(req, sets=[]))
+            res = resolve_profile(name, same_work)
             fc, _t = forecast_for(res.profile, req, local)
             rows.append(compare_row(name, fc))
     rows.sort(key=lambda r: (r["total_s"] is None, r["total_s"] or 0.0, r["name"]))
@@ -168,9 +183,9 @@ def compare_row(name: str, fc: Forecast) -> dict[str, Any]:
     if mem.fits is None:
         verdict = "unknown VRAM"
     elif mem.fits:
-        verdict = f"fits ({ar.human_bytes(mem.total)} of {ar.human_bytes(mem.capacity)})"
+        verdict = f"fits {ar.human_bytes(mem.total)} / {ar.human_bytes(mem.capacity)}"
     else:
-        verdict = f"OOM: needs {ar.human_bytes(mem.total)} of {ar.human_bytes(mem.capacity)}; largest batch {mem.largest_batch}"
+        verdict = f"OOM {ar.human_bytes(mem.total)} / {ar.human_bytes(mem.capacity)}, max batch {mem.largest_batch}"
     return {"name": name, "device": fc.device["name"], "batch_size": fc.schedule["batch_size"],
             "precision": fc.schedule["precision"], "images_per_s": fc.speed["images_per_s"],
             "epoch_s": fc.time["epoch_s"], "total_s": fc.time["total_s"], "memory_fits": mem.fits,

@@ -14,6 +14,12 @@ import numpy as np
 
 # Optimizer traffic per parameter per step, bytes (fp32 state): read p+g(+states), write p(+states).
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
+# Bulk streams (the optimizer's multi-tensor update, autocast's weight casts) run over large contiguous
+# buffers and reach most of the copy bandwidth, unlike the many small activation ops the fitted
+# memory_efficiency describes. 0.8 is an assumption, not a fit (at published batch sizes it is <2% of a step).
+STREAM_EFFICIENCY = 0.8
+# Autocast casts each fp32 weight to half precision every forward: read 4 bytes, write 2.
+CAST_BYTES_PER_PARAM = 6
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class StepTime:
     compute_bound_s: float   # time in ops where the FLOP roof is the limit
     memory_bound_s: float    # time in ops where the bandwidth roof is the limit
     overhead_s: float
-    optimizer_s: float
+    optimizer_s: float       # optimizer update + autocast weight casts: bulk streams
 
     @property
     def limiter(self) -> str:
@@ -63,7 +69,7 @@ class StepTime:
 
 
 def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimizer: str = "sgd",
-              momentum: bool = True, compiled: bool = False) -> StepTime:
+              momentum: bool = True, compiled: bool = False, mixed_precision: bool = False) -> StepTime:
     """Seconds for one forward+backward+optimizer step of `batch` samples on one device."""
     flop_rate = c.peak_flops * c.compute_efficiency * np.where(table.depthwise, c.depthwise_efficiency, 1.0)
     compute = batch * table.flops / flop_rate
@@ -77,6 +83,7 @@ def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimize
     n_ops = len(table.flops) * (c.compile_pointwise_bytes if compiled else 1.0)
     overhead = n_ops * c.op_overhead_s
     states = OPTIMIZER_STATES.get(optimizer, 1) if (optimizer != "sgd" or momentum) else 0
-    optimizer_s = params * 4 * (3 + 2 * states) / (c.bandwidth * c.memory_efficiency)
+    stream_bytes = params * 4 * (3 + 2 * states) + (params * CAST_BYTES_PER_PARAM if mixed_precision else 0)
+    optimizer_s = stream_bytes / (c.bandwidth * STREAM_EFFICIENCY)
     return StepTime(compute_bound + memory_bound + overhead + optimizer_s, compute_bound, memory_bound,
                     overhead, optimizer_s)

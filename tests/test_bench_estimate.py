@@ -1,0 +1,51 @@
+"""Plumbing of benchmarks/estimate_accuracy.py and calibrate.py (their numbers are checked by running them)."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def accuracy():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("estimate_accuracy")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_reference_rows_parse_every_published_row(accuracy) -> None:
+    rows = accuracy.calibrate.reference_rows()
+    assert len(rows) == 40
+    r50 = [r for r in rows if r.model == "resnet50" and r.gpu.startswith("RTX 3090")]
+    assert {r.channels_last for r in r50} == {True, False}
+    assert any(r.tf32 for r in rows) and any(r.num_gpus == 8 for r in rows)
+    assert {r.image_size for r in rows} == {224, 256}       # efficientnet_b2 (256px)
+
+
+def test_tiny_run_prints_every_section_and_fails_loudly_only_with_reasons(accuracy, tmp_path, capsys) -> None:
+    out_json = tmp_path / "acc.json"
+    code = accuracy.main(["--tiny", "--json", str(out_json)])
+    text = capsys.readouterr().out
+    for section in ("== 1. CPU", "== 2. published GPU", "== 3. activation memory", "within 1.5x: "):
+        assert section in text
+    data = json.loads(out_json.read_text())
+    assert len(data["reference"]) == 4 and all(r["ratio"] for r in data["reference"])
+    assert data["cpu"][0]["case"] == "tiny_cnn@16 b8" and data["cpu"][0]["measured"] > 0
+    assert abs(data["activations"][0]["error"]) < 0.25
+    assert code == (1 if data["failed"] else 0)
+    assert ("FAILED:" in text) == bool(data["failed"])
+
+
+def test_shipped_calibration_says_how_it_was_fitted() -> None:
+    from fasttrain import calibration
+    c = calibration.load()
+    assert c["gpu_fit"]["rows"] == 40 and c["gpu_fit"]["share_within_1.5x"] >= 0.8
+    assert "method" in c["cpu_fit"] and c["cpu_fit"]["fitted_on"]
+    assert set(c["gpu"]["compute_efficiency"]) == {"fp32-nchw", "tf32-nchw", "amp-nchw", "amp-channels_last"}
