@@ -208,6 +208,8 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
                                                       checkpoints=CheckpointPolicy(run_dir, args.save_every),
                                                       warn=warnings.append),
                           extra_state=(lambda: {"sampler": epoch_sampler.state_dict()}) if epoch_sampler else None)
+        for note in trainer.notes:
+            dash.message(f"note: {note}")
         try:
             result = trainer.fit(train_loader, val_loader, epochs,
                                  set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)

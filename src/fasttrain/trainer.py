@@ -70,8 +70,11 @@ class Trainer:
         self.device = torch.device(plan.device)
         self.log_interval_s = log_interval_s
         self.extra_state = extra_state
-        module, runner, self.notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
+        self._warned: set[str] = set()
+        self.notes: list[str] = []
+        module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
                                                    warn=self._warn)
+        self.notes.extend(notes)
         optimizer = build_optimizer(module, optim, plan.scaled_lr, fused=plan.fused_optimizer)
         accumulation = max(1, plan.accumulation_steps)
         self.schedule = LRSchedule.from_spec(optimizer, optim, peak_lr=plan.scaled_lr,
@@ -85,7 +88,6 @@ class Trainer:
         self.cuda = self.device.type == "cuda"
         self.epoch = 0
         self.batch_in_epoch = 0
-        self._warned: set[str] = set()
 
     @property
     def model(self) -> torch.nn.Module:
