@@ -196,9 +196,10 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     from fasttrain.transforms import make_mixup
     mixup = make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None
     warnings: list[str] = []
+    forecast = forecast_for_run(prep) if mode != "quiet" and bundle.kind != "custom" else None
     started = time.perf_counter()
     with Dashboard(plan, total_batches=batches * epochs, epochs=epochs, mode=mode, stream=stream,
-                   report=prep.report, telemetry=telemetry) as dash:
+                   report=prep.report, telemetry=telemetry, forecast=forecast) as dash:
         for note in plan_view(prep)["notes"]:
             dash.message(f"note: {note}")
         trainer = Trainer(plan, profile.optim, model, steps_per_epoch=batches,
@@ -217,10 +218,28 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
             runlog.close()
             raise
         summary = _summary(prep, result, run_dir, time.perf_counter() - started, bundle, torch)
+        summary["forecast"] = forecast
         runlog.write_summary(summary)
         runlog.close()
         dash.close(_short(summary))
     return summary
+
+
+def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
+    """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
+    any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
+    try:
+        from fasttrain.estimate_gather import Request, forecast_for
+        req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
+                      dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
+                      image_size_flag=None, sets=[], gpu=None, loader=None)
+        fc, _ = forecast_for(prep.resolved.profile, req, prep.report)
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+    out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
+    if prep.plan.device == "cuda":
+        out["peak_memory_bytes"] = fc.memory.total
+    return {k: v for k, v in out.items() if v is not None} or None
 
 
 def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: Any, torch: Any) -> dict[str, Any]:
