@@ -102,6 +102,10 @@ def prepare(args: TrainArgs) -> Prepared:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
                                  "drop --num-classes for image folders", args.num_classes)])
     plan = make_plan(profile, report, dataset_size=bundle.train_size)
+    if plan.world_size > 1:  # the effective batch and LR would assume devices that are not training
+        raise UserError([Problem("world", f"train runs one process on one device, but the profile asks for "
+                                 f"{plan.world_size} ({profile.world.nodes} nodes x {profile.world.gpus_per_node})",
+                                 "set --set world.nodes=1 --set world.gpus_per_node=1", plan.world_size)])
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
