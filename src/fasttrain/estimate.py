@@ -129,7 +129,7 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
     if device.ceilings is not None:
         step = step_time(table, batch, device.ceilings, params=cost.params, optimizer=profile.optim.optimizer,
                          momentum=profile.optim.momentum > 0, compiled=plan.compile,
-                         mixed_precision=plan.precision != "fp32")
+                         mixed_precision=plan.precision != "fp32", fused_optimizer=plan.fused_optimizer)
     compute_rate = batch / step.seconds if step else None   # images/s of one device, data for free
 
     loader_info: dict[str, Any] = {"measured": loader is not None, "workers": plan.workers,

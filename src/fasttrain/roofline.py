@@ -12,8 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Optimizer traffic per parameter per step, bytes (fp32 state): read p+g(+states), write p(+states).
+# Optimizer state tensors per parameter (fp32).
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
+# Bytes moved per parameter per optimizer step. Fused kernels (CUDA, fused=True) read p, g and the states
+# once and write p and the states once: 4 x (3 + 2 x states). The foreach path (the CPU; fused off) makes one
+# pass per elementwise op, counted from torch.optim's _multi_tensor_adam / _multi_tensor_sgd:
+# AdamW: decay r/w 8, lerp r2w1 12, mul r/w 8, addcmul r3w1 16, sqrt 8, div 8, add eps 8, addcdiv r3w1 16 = 84;
+# SGD momentum with weight decay: grad add 12, buf mul 8, buf add 12, param add 12 = 44.
+UNFUSED_BYTES_PER_PARAM = {"sgd": 44, "adam": 84, "adamw": 84}
 # Bulk streams (the optimizer's multi-tensor update, autocast's weight casts) run over large contiguous
 # buffers and reach most of the copy bandwidth, unlike the many small activation ops the fitted
 # memory_efficiency describes. 0.8 is an assumption, not a fit (at published batch sizes it is <2% of a step).
@@ -69,7 +75,8 @@ class StepTime:
 
 
 def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimizer: str = "sgd",
-              momentum: bool = True, compiled: bool = False, mixed_precision: bool = False) -> StepTime:
+              momentum: bool = True, compiled: bool = False, mixed_precision: bool = False,
+              fused_optimizer: bool = True) -> StepTime:
     """Seconds for one forward+backward+optimizer step of `batch` samples on one device."""
     flop_rate = c.peak_flops * c.compute_efficiency * np.where(table.depthwise, c.depthwise_efficiency, 1.0)
     compute = batch * table.flops / flop_rate
@@ -83,7 +90,8 @@ def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimize
     n_ops = len(table.flops) * (c.compile_pointwise_bytes if compiled else 1.0)
     overhead = n_ops * c.op_overhead_s
     states = OPTIMIZER_STATES.get(optimizer, 1) if (optimizer != "sgd" or momentum) else 0
-    stream_bytes = params * 4 * (3 + 2 * states) + (params * CAST_BYTES_PER_PARAM if mixed_precision else 0)
+    per_param = 4 * (3 + 2 * states) if fused_optimizer else UNFUSED_BYTES_PER_PARAM.get(optimizer, 44)
+    stream_bytes = params * per_param + (params * CAST_BYTES_PER_PARAM if mixed_precision else 0)
     optimizer_s = stream_bytes / (c.bandwidth * STREAM_EFFICIENCY)
     return StepTime(compute_bound + memory_bound + overhead + optimizer_s, compute_bound, memory_bound,
                     overhead, optimizer_s)
