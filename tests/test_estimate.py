@@ -100,6 +100,7 @@ def test_forecast_time_cost_and_mfu() -> None:
     assert fc.cost["on_demand_per_epoch"] == pytest.approx(100 * step / 3600 * 3.6)
     assert fc.cost["spot_per_run"] == pytest.approx(200 * step / 3600 * 1.8)
     assert fc.bottleneck["name"] == "compute"
+    assert fc.bottleneck["evidence"].startswith(f"step time: {0.02 / step:.0%} at the FLOP roof, {(0.008 + 1e6 * 20 / 8e10) / step:.0%}")
     assert fc.unknown == ["data loading speed (give --data DIR to measure it)"]
 
 

@@ -220,8 +220,10 @@ def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None,
                                                     f"needs {need} workers"}
     if step is None:
         return {"name": "unknown", "evidence": "cannot price compute: " + "; ".join(device.unknown)}
-    share = step.compute_bound_s / step.seconds
+    compute = step.compute_bound_s / step.seconds
+    memory = (step.memory_bound_s + step.optimizer_s) / step.seconds
+    overhead = step.overhead_s / step.seconds
+    split = f"step time: {compute:.0%} at the FLOP roof, {memory:.0%} at the bandwidth roof, {overhead:.0%} per-op overhead"
     if step.limiter == "compute":
-        return {"name": "compute", "evidence": f"{share:.0%} of the step is in ops at the FLOP roof"}
-    mem_share = (step.memory_bound_s + step.optimizer_s) / step.seconds
-    return {"name": "memory bandwidth", "evidence": f"{mem_share:.0%} of the step is in ops at the bandwidth roof"}
+        return {"name": "compute", "evidence": split}
+    return {"name": "memory bandwidth", "evidence": split}
