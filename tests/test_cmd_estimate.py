@@ -141,3 +141,24 @@ def test_human_output_has_every_section(cli) -> None:
     for heading in ("model cost", "schedule and speed", "GPU memory", "host RAM", "data loading", "cost",
                     "bottleneck:", "iterations per epoch", "largest batch that fits", "MFU"):
         assert heading in r.out, heading
+
+
+def test_batch_size_number_moves_batch_and_scaled_lr(cli) -> None:
+    s = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--batch-size", "384", "--json"))["forecast"]["schedule"]
+    assert s["batch_size"] == 384 and s["scaled_lr"] == pytest.approx(0.75)  # 0.5 @ 256 -> 0.75 @ 384
+
+
+@pytest.mark.parametrize("value, reason", [("0", "positive integer or auto"), ("big", "positive integer or auto"),
+                                           ("auto", "add --measure")])
+def test_bad_batch_size_exits_2(cli, value: str, reason: str) -> None:
+    r = cli("estimate", "--profile", "cpu", *TINY, "--batch-size", value)
+    assert r.code == 2 and "--batch-size" in r.err and reason in r.err
+
+
+def test_batch_size_auto_with_measure_searches_here_and_keeps_effective_batch(cli) -> None:
+    d = _json(cli("estimate", "--profile", "cpu", *TINY, "--batch-size", "auto", "--measure", "--measure-steps", "1",
+                  "--set", "loader.batch_size=8", "--json"))
+    assert any(note.startswith("batch auto:") for note in d["plan_notes"])
+    s = d["forecast"]["schedule"]
+    assert s["batch_size"] * s["accumulation_steps"] >= 8
+    assert d["measure"]["measured"]["images_per_s"] > 0

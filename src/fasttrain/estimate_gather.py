@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Request:
     sets: list[str]
     gpu: str | None
     loader: LoaderSample | None
+    batch_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --batch-size N or auto
 
 
 def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int | None, num_classes: int) -> None:
@@ -61,6 +62,7 @@ def resolve_profile(ref: str, req: Request) -> Any:
         flags["loader.image_size"] = ("--image-size", req.image_size_flag)
     if req.epochs_flag is not None:
         flags["optim.epochs"] = ("--epochs", req.epochs_flag)
+    flags.update(req.batch_flags)
     return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags)
 
 

@@ -36,6 +36,9 @@ def estimate_cmd(
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. loader.batch_size=128."),
     measure: bool = typer.Option(False, "--measure", help="Also run a few real training steps here and compare."),
     measure_steps: int = typer.Option(5, "--measure-steps", min=1, help="Timed steps for --measure."),
+    batch_size: Optional[str] = typer.Option(
+        None, "--batch-size", help="Per-device batch: a number, or auto (with --measure: the largest batch that "
+                                   "runs here, accumulation keeping the profile's effective batch)."),
     compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output with stable keys."),
 ) -> None:
@@ -54,11 +57,16 @@ def estimate_cmd(
                     dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
                     epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None)
     resolved = g.resolve_profile(ref, req)
+    auto_note = _apply_batch_option(batch_size, measure, resolved.profile, req, ref, local) if batch_size else None
+    if req.batch_flags:
+        resolved = g.resolve_profile(ref, req)
     prof = resolved.profile
     if data is not None:
         count, sample = g.sample_data(data, prof)
         req.dataset_size, req.dataset_size_source, req.loader = count, f"--data ({count:,} image files)", sample
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu)
+    if auto_note:
+        target.plan.notes.append(auto_note)
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
                                "forecast": fc.to_dict(), "plan_notes": target.plan.notes}
     measured = _measure(prof, req, local, measure_steps) if measure else None
@@ -84,6 +92,26 @@ def estimate_cmd(
         r.render_measure(measured, out)
     if rows is not None:
         r.render_compare(rows, what or "presets", out)
+
+
+def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, ref: str, local: Any) -> str | None:
+    """--batch-size N sets the per-device batch; auto searches this machine (so it needs --measure) and keeps
+    the profile's effective batch through accumulation. -> a note for the plan, or None."""
+    from fasttrain import batch_search
+    n = batch_search.check_batch_option(value)
+    if n is not None:
+        req.batch_flags = {"loader.batch_size": ("--batch-size", n)}
+        return None
+    if not measure:
+        raise UserError([Problem("--batch-size", "auto finds the largest batch by running steps on this machine",
+                                 "add --measure, or give a number", value)])
+    from fasttrain.plan import make_plan
+    plan = make_plan(prof, local)
+    batch, accumulation, message = batch_search.resolve_auto_batch(
+        plan, req.model, prof.loader.image_size, num_classes=req.num_classes, optim=prof.optim,
+        activation_checkpointing=prof.speed.activation_checkpointing)
+    req.batch_flags = batch_search.auto_flags(batch, accumulation)
+    return message
 
 
 def _default_profile(local: Any) -> str:
