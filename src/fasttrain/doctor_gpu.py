@@ -33,7 +33,9 @@ def rule_no_gpu(c: Context) -> Finding:
     if r.gpus:  # present but not usable: rule_torch_cuda explains why
         return Finding("gpu", "fail", "training would run on the CPU although an NVIDIA GPU is present",
                        "see the CUDA finding below", "fix the torch/driver problem below")
-    detail = ("no NVIDIA GPU found: training runs on the CPU in fp32 (AMP off: fp16 autocast is GPU-only), "
+    has = {True: "yes", False: "no"}.get(r.torch.cpu_bf16_fast, "unknown")
+    detail = ("no NVIDIA GPU found: training runs on the CPU with AMP off (fp16 autocast and GradScaler are "
+              f"GPU-only): fp32, or bf16 autocast where the CPU has AVX512-BF16/AMX (this one: {has}); "
               f"a large slow-down: the Kaggle note measured 12x for GPU over CPU. {r.nvml_error or ''}").strip()
     if p is not None and p.hardware.gpu:
         return Finding("gpu", "fail", f"profile {c.profile_label or p.name} is for a GPU ({p.hardware.gpu}); "
