@@ -9,7 +9,7 @@ import pytest
 from fasttrain import gpus
 from fasttrain.errors import UserError
 
-REFERENCE = Path("/work/shared/reference/gpus.csv")
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gpus.csv"  # shared/ sits beside the repo
 
 
 @pytest.mark.parametrize("name, expected", [
