@@ -5,12 +5,18 @@ name (atomic on POSIX within one file system), then the directory is fsynced so 
 power cut. A reader therefore sees the old checkpoint or the new one, never half of one.
 Content is everything an exact resume needs (issue 6): model, optimizer, GradScaler, LR schedule,
 epoch and batch inside it, sampler state, RNG states, the resolved profile and versions.
+A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
+the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
+Test hook: FASTTRAIN_TEST_SLOW_SAVE=seconds sleeps between the complete temporary file and the rename
+when it replaces an existing checkpoint, so a test can kill the process in that window.
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +62,33 @@ def save_atomic(payload: dict[str, Any], path: Path) -> Path:
             torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        _test_slow_save(path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _test_slow_save(path: Path) -> None:
+    seconds = os.environ.get("FASTTRAIN_TEST_SLOW_SAVE")
+    if seconds and path.exists():
+        time.sleep(float(seconds))
+
+
+def prune_stale_temporaries(directory: Path, max_age_s: float = 0.0) -> list[Path]:
+    """Remove `.NAME.pt.*.tmp` files left by a process killed mid-save (older than `max_age_s`)."""
+    removed = []
+    now = time.time()
+    for tmp in Path(directory).glob(".*.pt.*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime >= max_age_s:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:
+            pass
+    return removed
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -77,18 +104,20 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read and check a checkpoint; a missing, truncated or foreign file is a UserError naming it."""
+def load(path: Path, *, hint: bool = True) -> dict[str, Any]:
+    """Read and check a checkpoint; a missing, truncated or foreign file is a UserError naming it (and,
+    with `hint`, the previous good checkpoint of its folder)."""
     path = Path(path)
+    def why(text: str) -> UserError:
+        return UserError([Problem(str(path), text, _previous_hint(path) if hint else "")])
     if not path.is_file():
-        raise UserError([Problem(str(path), "no such checkpoint file", _previous_hint(path))])
+        raise why("no such checkpoint file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
-        raise UserError([Problem(str(path), f"not a readable checkpoint (truncated or corrupt?): "
-                                 f"{type(exc).__name__}", _previous_hint(path))]) from exc
+        raise why(f"not a readable checkpoint (truncated or corrupt?): {type(exc).__name__}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise UserError([Problem(str(path), "not a fasttrain checkpoint", _previous_hint(path))])
+        raise why("not a fasttrain checkpoint")
     if payload.get("format_version", 0) > FORMAT_VERSION:
         raise UserError([Problem(str(path), f"written by a newer fasttrain (format {payload['format_version']})",
                                  "upgrade fasttrain to load it")])
@@ -112,23 +141,73 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: Path
     model.load_state_dict(state)
 
 
+def candidates(directory: Path) -> list[Path]:
+    """Checkpoint files of a run folder: last.pt (where the run stands) first, then the others newest first."""
+    if not Path(directory).is_dir():
+        return []
+    files = [p for p in Path(directory).glob("*.pt") if p.is_file()]
+    return sorted(files, key=lambda p: (p.name == "last.pt", p.stat().st_mtime_ns), reverse=True)
+
+
+def previous_good(path: Path) -> Path | None:
+    """The newest other checkpoint in `path`'s folder that loads, or None."""
+    for other in candidates(path.parent):
+        if other.resolve() == Path(path).resolve():
+            continue
+        try:
+            load(other, hint=False)
+        except UserError:
+            continue
+        return other
+    return None
+
+
 def _previous_hint(path: Path) -> str:
-    others = sorted((p for p in path.parent.glob("*.pt") if p != path and p.is_file()),
-                    key=lambda p: p.stat().st_mtime, reverse=True) if path.parent.is_dir() else []
-    return f"the previous checkpoint in that folder is {others[0]}" if others else ""
+    good = previous_good(path)
+    return f"the previous good checkpoint is {good} (resume from it with --resume {good})" if good else \
+        "no other good checkpoint in that folder"
+
+
+def _disk_error(exc: BaseException) -> bool:
+    """A write that failed for lack of space or an I/O error (torch may wrap it in a RuntimeError)."""
+    if isinstance(exc, OSError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("write failed" in text or "no space" in text)
 
 
 class CheckpointPolicy:
-    """Which checkpoints a run keeps: last.pt every epoch, best.pt on a new best, epoch_N.pt every N epochs."""
+    """Which checkpoints a run keeps: last.pt every epoch (and mid-epoch on a stop or --save-every-minutes),
+    best.pt on a new best, epoch_N.pt every N epochs (all kept). Each replaces its old file only once the
+    new one is complete (save_atomic). A save that fails for lack of disk keeps the old file and adds a line
+    to `errors` (the run goes on: losing a checkpoint is better than losing the run)."""
 
     def __init__(self, directory: Path, every_epochs: int | None = None):
         self.directory = Path(directory)
         self.every_epochs = every_epochs
+        self.errors: list[str] = []
+
+    def _save(self, payload: dict[str, Any], name: str) -> Path | None:
+        path = self.directory / name
+        try:
+            written = save_atomic(payload, path)
+        except Exception as exc:  # noqa: BLE001 - only disk errors are survivable; the rest re-raised
+            if not _disk_error(exc):
+                raise
+            cause = "the disk is full" if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) else str(exc)
+            kept = f"the previous {name} is kept" if path.is_file() else f"no {name} was written before"
+            self.errors.append(f"could not save checkpoint {path}: {cause} ({exc}); {kept}")
+            return None
+        prune_stale_temporaries(self.directory)
+        return written
+
+    def save_last(self, payload: dict[str, Any]) -> Path | None:
+        return self._save(payload, "last.pt")
 
     def save_epoch(self, payload: dict[str, Any], epoch: int, is_best: bool) -> list[Path]:
-        written = [save_atomic(payload, self.directory / "last.pt")]
-        if is_best:
-            written.append(save_atomic(payload, self.directory / "best.pt"))
+        """-> the files written, last.pt first (an empty list when the disk refused it)."""
+        names = ["last.pt"] + (["best.pt"] if is_best else [])
         if self.every_epochs and (epoch + 1) % self.every_epochs == 0:
-            written.append(save_atomic(payload, self.directory / f"epoch_{epoch + 1:04d}.pt"))
-        return written
+            names.append(f"epoch_{epoch + 1:04d}.pt")
+        written = [self._save(payload, name) for name in names]
+        return [p for p in written if p is not None] if written[0] is not None else []

@@ -2,6 +2,13 @@
 
 A micro-step is forward + backward of one loader batch; an optimizer step closes an accumulation
 window. Nothing here reads a value back from the device: the caller decides when to sync (logged steps).
+
+Non-finite guard (issue 6): without fp16's GradScaler, a "guard" GradScaler fixed at scale 1.0 does the same
+job: it checks the gradients for inf/NaN and skips that optimizer step, so one bad batch cannot poison the
+weights. Multiplying by 1.0 is exact, so the weights are bit-identical to an unguarded run. It costs one
+pass over the gradients; a fused (CUDA) optimizer takes the check on the device without a sync.
+Out-of-memory back-off: `splits` cuts a loader batch into that many micro-batches whose losses are weighted
+by their share of the batch, so the summed gradient is the batch's (the effective batch and LR stay).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import torch.nn.functional as F
 from fasttrain.model_setup import CompileGuard
 from fasttrain.optim import LRSchedule
 from fasttrain.precision import Precision
+from fasttrain.resilience import is_out_of_memory
 
 _get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
 
@@ -36,6 +44,14 @@ class StepEngine:
         self.label_smoothing = label_smoothing
         self.mixup = mixup
         self.params = [p for p in module.parameters() if p.requires_grad]
+        self.guard = _guard_scaler(device) if precision.scaler is None else None
+        self.found_inf: torch.Tensor | None = None   # after optimizer_step: >0 when its gradients were not finite
+        self.splits = 1                              # micro-batches per loader batch (out-of-memory back-off)
+
+    @property
+    def scaler(self) -> Any:
+        """The GradScaler that checks (and for fp16 scales) gradients: fp16's own, else the guard."""
+        return self.precision.scaler if self.precision.scaler is not None else self.guard
 
     # -- input -------------------------------------------------------------------------------------
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,14 +70,45 @@ class StepEngine:
 
     def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int) -> torch.Tensor:
         """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
-        gradient of the window's mean loss (a final short window divides by its real length). -> detached loss."""
+        gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
+        With self.splits > 1 the batch runs as micro-batches (same order) and the loss is their weighted mean."""
         if self.mixup is not None and targets.dim() == 1:
             images, targets = self.mixup(images, targets)
+        n = int(targets.shape[0])
+        if self.splits <= 1 or n <= 1:
+            return self._guarded(images, targets, window)
+        size = math.ceil(n / self.splits)
+        total = torch.zeros((), device=targets.device)
+        for part_x, part_y in zip(images.split(size), targets.split(size)):
+            share = int(part_y.shape[0]) / n
+            total += self._guarded(part_x, part_y, window / share) * share
+        return total
+
+    def micro_batch(self, batch: int) -> int:
+        return math.ceil(batch / max(1, self.splits))
+
+    def take_grads(self) -> list[torch.Tensor | None]:
+        """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
+        stash = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        return stash
+
+    def give_back_grads(self, stash: list[torch.Tensor | None], keep_new: bool) -> None:
+        """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal
+        autograd's own old + new), or drop the new partial ones after a failure."""
+        for p, old in zip(self.params, stash):
+            if not keep_new or p.grad is None:
+                p.grad = old
+            elif old is not None:
+                p.grad.add_(old)
+
+    def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float) -> torch.Tensor:
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
             loss = self._forward_backward(images, targets, window)
         except Exception as exc:
-            if guard is None or not guard.active or self.module.training in guard._verified:
+            if guard is None or not guard.active or self.module.training in guard._verified or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly
             self.optimizer.zero_grad(set_to_none=True)
@@ -75,8 +122,9 @@ class StepEngine:
             logits = self.runner(images)
         loss = self.loss(logits, targets)
         scaled = loss / window
-        if self.precision.scaler is not None:
-            self.precision.scaler.scale(scaled).backward()
+        scaler = self.scaler
+        if scaler is not None:
+            scaler.scale(scaled).backward()
         else:
             scaled.backward()
         return loss.detach()
@@ -84,7 +132,7 @@ class StepEngine:
     def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:
         """Unscale, clip, step, zero. Clipping must see true gradients, so the GradScaler unscales first.
         -> total gradient norm (a device tensor) when clipping or when asked, else None."""
-        scaler = self.precision.scaler
+        scaler = self.scaler
         self.schedule.apply()
         norm = None
         if self.clip_grad_norm is not None or want_norm:
@@ -96,12 +144,29 @@ class StepEngine:
                 norm = _total_norm(self.params)
         if scaler is not None:
             scaler.step(self.optimizer)   # skips the step when the gradients hold inf/NaN
-            scaler.update()
+            self.found_inf = _found_inf(scaler, self.optimizer)
+            scaler.update(1.0 if scaler is self.guard else None)  # the guard never scales
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         return norm
+
+
+def _guard_scaler(device: torch.device) -> Any:
+    try:  # growth never happens in practice (interval 2**30) and update(1.0) resets any back-off
+        return torch.amp.GradScaler(device.type, init_scale=1.0, growth_interval=2**30)
+    except (RuntimeError, ValueError, AssertionError):
+        return None  # a device without GradScaler support: steps are unguarded, as before
+
+
+def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    try:  # private but stable since torch 1.6; only informs the non-finite streak
+        found = scaler._found_inf_per_device(optimizer)
+    except (AttributeError, KeyError, RuntimeError, AssertionError):
+        return None
+    values = list(found.values())
+    return sum(values[1:], values[0]) if values else None
 
 
 def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:

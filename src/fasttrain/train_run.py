@@ -2,14 +2,17 @@
 
 gather: resolve the profile (flags > --set > env > file), probe the machine, open the data, build the model.
 compute: make_plan() (pure, plan.py). run: the Trainer with telemetry, dashboard and run log.
+--resume: the checkpoint's own arguments (model, data, profile, seed, ...) fill every flag not given again,
+so `fasttrain train --resume runs/NAME` alone continues the same run (resume.py finds the checkpoint).
 Imported lazily by commands/train.py, so torch is imported only when a training actually starts.
 """
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,15 @@ class TrainArgs:
     num_classes: int | None = None
     save_every: int | None = None
     strict_data: bool = False
+    resume: str | None = None            # a run folder, a checkpoint file, or "auto"
+    on_nan: str = "stop"                 # "stop" | "skip"
+    save_every_minutes: float | None = None
+    explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
+
+
+# TrainArgs fields a checkpoint keeps, so a resume without them repeats the original run.
+RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "seed", "image_size", "num_classes",
+                  "save_every", "strict_data", "on_nan", "save_every_minutes")
 
 
 @dataclass
@@ -53,6 +65,8 @@ class Prepared:
     model_name: str
     profile_ref: str
     profile_reason: str
+    resume_path: Path | None = None
+    resume_payload: dict[str, Any] | None = None
 
 
 def probe() -> HardwareReport:
@@ -87,10 +101,23 @@ def seed_everything(seed: int) -> None:
 
 def prepare(args: TrainArgs) -> Prepared:
     """Everything up to the plan; every bad input raises UserError before any training starts."""
+    resume_path, payload = None, None
+    if args.resume:
+        from fasttrain.resume import apply_saved_args, find_checkpoint
+        resume_path, payload, skipped = find_checkpoint(args.resume, args.runs_dir, args.run_name)
+        apply_saved_args(args, payload, RESUMED_FIELDS)
+        args.runs_dir, args.run_name = resume_path.parent.parent, resume_path.parent.name
+        for bad in skipped:
+            print(f"fasttrain: note: skipped damaged checkpoint {bad}", file=sys.stderr)
     for flag, value in (("--epochs", args.epochs), ("--image-size", args.image_size),
                         ("--num-classes", args.num_classes), ("--save-every", args.save_every)):
         if value is not None and value < 1:
             raise UserError([Problem(flag, "must be at least 1", value=value)])
+    if args.save_every_minutes is not None and args.save_every_minutes <= 0:
+        raise UserError([Problem("--save-every-minutes", "must be positive", value=args.save_every_minutes)])
+    from fasttrain.resilience import ON_NAN_MODES
+    if args.on_nan not in ON_NAN_MODES:
+        raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args))
@@ -111,7 +138,10 @@ def prepare(args: TrainArgs) -> Prepared:
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
                                  plan.batch_size)])
     model_name = args.model or _default_model(args.data, bundle.kind)
-    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason)
+    if payload is not None:
+        from fasttrain.resume import check_resumable
+        check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
+    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload)
 
 
 def _default_model(spec: str, kind: str) -> str:
@@ -172,9 +202,11 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     from fasttrain.dashboard import Dashboard, choose_mode
     from fasttrain.datasets import SyntheticBatches
     from fasttrain.models import create_model
+    from fasttrain.resilience import GracefulStop, quiet_workers
+    from fasttrain.resume import restore_sampler
     from fasttrain.runlog import RunLog, new_run_dir
     from fasttrain.telemetry import Telemetry
-    from fasttrain.trainer import Collaborators, Trainer
+    from fasttrain.trainer import Collaborators, Interrupted, Trainer
 
     args, plan, bundle, profile = prep.args, prep.plan, prep.bundle, prep.resolved.profile
     stream = stream if stream is not None else (sys.stderr if args.json else sys.stdout)
@@ -190,8 +222,20 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
         from fasttrain.sampler import EpochSampler
         epoch_sampler = EpochSampler(bundle.train_size, seed=args.seed, shuffle=True, drop_last=plan.drop_last)
         train_loader, val_loader = build_loaders(bundle, plan, seed=args.seed, epoch_sampler=epoch_sampler)
-    batches = len(train_loader)
-    run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"))
+        for loader in (train_loader, val_loader):
+            quiet_workers(loader)  # workers get Ctrl-C too (one process group): the main process stops them
+    batches = len(train_loader)  # a whole epoch's, before a resumed sampler shortens the first pass
+    if prep.resume_payload is not None and epoch_sampler is not None:
+        restore_sampler(epoch_sampler, prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
+    run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"),
+                          resume=prep.resume_payload is not None)
+    saved_args = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items() if k in RESUMED_FIELDS}
+
+    def extra_state(consumed_batches: int) -> dict[str, Any]:
+        state: dict[str, Any] = {"args": saved_args}
+        if epoch_sampler is not None:
+            state["sampler"] = epoch_sampler.state_dict(consumed=consumed_batches * plan.batch_size)
+        return state
     runlog = RunLog(run_dir)
     runlog.write_profile(profile.model_dump(mode="json"),
                          header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
@@ -202,31 +246,78 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     warnings: list[str] = []
     forecast = forecast_for_run(prep) if mode != "quiet" and bundle.kind != "custom" else None
     started = time.perf_counter()
+    interrupted: Any = None
     with Dashboard(plan, total_batches=batches * epochs, epochs=epochs, mode=mode, stream=stream,
                    report=prep.report, telemetry=telemetry, forecast=forecast) as dash:
         for note in plan_view(prep)["notes"]:
             dash.message(f"note: {note}")
+        stop = GracefulStop()
         trainer = Trainer(plan, profile.optim, model, steps_per_epoch=batches,
                           activation_checkpointing=profile.speed.activation_checkpointing, mixup=mixup,
                           profile=profile,
                           collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog,
                                                       checkpoints=CheckpointPolicy(run_dir, args.save_every),
-                                                      warn=warnings.append),
-                          extra_state=(lambda: {"sampler": epoch_sampler.state_dict()}) if epoch_sampler else None)
+                                                      warn=warnings.append, bad_files=bundle.bad_files),
+                          extra_state=extra_state, on_nan=args.on_nan, stop=stop,
+                          save_every_s=args.save_every_minutes * 60 if args.save_every_minutes else None)
+        if prep.resume_payload is not None:
+            trainer.load_state(prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
+            p = prep.resume_payload
+            dash.message(f"resumed from {prep.resume_path} at epoch {p['epoch'] + 1}, batch {p['batch_in_epoch']}")
         for note in trainer.notes:
             dash.message(f"note: {note}")
         try:
-            result = trainer.fit(train_loader, val_loader, epochs,
-                                 set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)
+            with stop:
+                result = trainer.fit(train_loader, val_loader, epochs,
+                                     set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)
+        except Interrupted as exc:
+            interrupted = exc
+            result = trainer._result
         except BaseException:
             runlog.close()
             raise
         summary = _summary(prep, result, run_dir, time.perf_counter() - started, bundle, torch)
+        summary.update(_faults(trainer, prep, bundle))
         summary["forecast"] = forecast
+        if interrupted is not None:
+            summary.update(_interrupted(interrupted, run_dir, trainer))
         runlog.write_summary(summary)
         runlog.close()
         dash.close(_short(summary))
+    if interrupted is not None:
+        print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"fasttrain train --resume {shlex.quote(str(run_dir))}"
+
+
+def _interrupted(exc: Any, run_dir: Path, trainer: Any) -> dict[str, Any]:
+    """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it."""
+    command = resume_command(run_dir)
+    if exc.checkpoint is not None:
+        saved = f"checkpoint {exc.checkpoint} written"
+    else:
+        saved = f"no checkpoint could be written now; the last good one is {trainer.last_good}" \
+            if trainer.last_good else "no checkpoint could be written"
+    text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} (epoch {exc.epoch + 1}, "
+            f"batch {exc.batch}); {saved}.\nfasttrain: resume with: {command}")
+    return {"interrupted": exc.signal_name, "exit_code": exc.exit_code, "stopped_at": {
+            "epoch": exc.epoch + 1, "batch": exc.batch, "step": exc.step},
+            "checkpoint_written": str(exc.checkpoint) if exc.checkpoint else None,
+            "resume_command": command, "stop_message": text}
+
+
+def _faults(trainer: Any, prep: Prepared, bundle: Any) -> dict[str, Any]:
+    bad = bundle.bad_files() if hasattr(bundle, "bad_files") else []
+    return {"bad_files": len(bad), "bad_file_paths": bad[:20], "oom_backoffs": list(trainer.oom_events),
+            "micro_batch": trainer.engine.micro_batch(prep.plan.batch_size),
+            "accumulation_steps": trainer.accumulation * trainer.engine.splits,
+            "effective_batch": prep.plan.effective_batch, "nonfinite_steps": trainer.nonfinite_total,
+            "checkpoint_errors": list(trainer.checkpoint_errors),
+            "resumed_from": str(prep.resume_path) if prep.resume_path else None,
+            "last_good_checkpoint": str(trainer.last_good) if trainer.last_good else None}
 
 
 def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
@@ -247,6 +338,9 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
 
 
 def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: Any, torch: Any) -> dict[str, Any]:
+    if result is None:  # stopped before fit() began
+        from fasttrain.trainer import FitResult
+        result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False)
     last = result.history[-1] if result.history else {}
     images = sum(r.get("train_images", 0) for r in result.history)
     train_s = sum(r.get("train_s", 0.0) for r in result.history)
@@ -270,7 +364,13 @@ def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: 
 def _short(summary: dict[str, Any]) -> dict[str, Any]:
     """What the dashboard prints at the end (the full summary is in summary.json)."""
     keys = ("run_dir", "epochs_run", "final_val_acc1", "final_val_acc5", "best_val_acc1", "best_epoch",
-            "train_images_per_s", "wall_s", "checkpoint_last", "bad_files")
-    return {k: summary[k] for k in keys if summary.get(k) is not None}
+            "train_images_per_s", "wall_s", "checkpoint_last", "bad_files", "nonfinite_steps", "interrupted")
+    short = {k: summary[k] for k in keys if summary.get(k) is not None}
+    if summary.get("oom_backoffs"):
+        short["oom_backoffs"] = " ".join(f"{e['batch_from']}->{e['batch_to']}" for e in summary["oom_backoffs"])
+        short["micro_batch"] = summary["micro_batch"]
+    if summary.get("checkpoint_errors"):
+        short["checkpoint_errors"] = len(summary["checkpoint_errors"])
+    return short
 
 

@@ -5,6 +5,13 @@ compute. On a CPU the wall clock measures them directly. On CUDA the copy and th
 asynchronous, so they are bracketed with CUDA events and read back once per *logged* step (one sync
 per log interval, never one per step); loss, gradient norm and AMP scale are read at the same moment.
 Telemetry, dashboard and run log are optional collaborators (None in run_synthetic_steps and tests).
+
+Resilience (issue 6, helpers in resilience.py): a stop request (SIGTERM/SIGINT) is honoured when the
+optimizer step in flight has closed: a mid-epoch checkpoint is written and `Interrupted` raised; the same
+mid-epoch checkpoint is written every `save_every_s` seconds. Non-finite steps are skipped (see step.py) and
+`on_nan="stop"` stops after MAX_NONFINITE_STREAK in a row. An out-of-memory step is retried on the same data
+as micro-batches of half the size (twice the accumulation), keeping the effective batch and the LR.
+`load_state()` continues a run at the batch after the one its checkpoint was written at.
 """
 from __future__ import annotations
 
@@ -13,17 +20,20 @@ import resource
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fasttrain.checkpoint import CheckpointPolicy, rng_states
-from fasttrain.errors import JobFailed
+from fasttrain.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
+from fasttrain.errors import JobFailed, Problem, UserError
 from fasttrain.model_setup import CompileGuard, prepare_model
 from fasttrain.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
 from fasttrain.precision import make_precision
 from fasttrain.profile import OptimSpec, Profile
+from fasttrain.resilience import (MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook,
+                                  free_device_memory, is_out_of_memory)
 from fasttrain.step import StepEngine, window_length
 
 
@@ -36,6 +46,16 @@ class Collaborators:
     runlog: Any = None          # runlog.RunLog
     checkpoints: CheckpointPolicy | None = None
     warn: Callable[[str], None] = lambda text: None
+    bad_files: Callable[[], list[str]] | None = None   # skipped unreadable files so far (DataBundle.bad_files)
+
+
+class Interrupted(Exception):
+    """A stop request was honoured: the step in flight finished and a checkpoint was written (or not: None)."""
+
+    def __init__(self, stop: GracefulStop, checkpoint: Path | None, epoch: int, batch: int, step: int):
+        super().__init__(f"{stop.name} after optimizer step {step} (epoch {epoch + 1}, batch {batch})")
+        self.signal_name, self.exit_code = stop.name, stop.exit_code
+        self.checkpoint, self.epoch, self.batch, self.step = checkpoint, epoch, batch, step
 
 
 @dataclass
@@ -62,14 +82,18 @@ class Trainer:
     def __init__(self, plan: Plan, optim: OptimSpec, model: torch.nn.Module, *, steps_per_epoch: int,
                  activation_checkpointing: bool = False, mixup: Callable[..., Any] | None = None,
                  collaborators: Collaborators | None = None, profile: Profile | None = None,
-                 log_interval_s: float = 1.0, extra_state: Callable[[], dict[str, Any]] | None = None):
+                 log_interval_s: float = 1.0, extra_state: Callable[[int], dict[str, Any]] | None = None,
+                 on_nan: str = "stop", stop: GracefulStop | None = None, save_every_s: float | None = None):
         self.plan = plan
         self.optim = optim
         self.profile = profile
         self.io = collaborators or Collaborators()
         self.device = torch.device(plan.device)
         self.log_interval_s = log_interval_s
-        self.extra_state = extra_state
+        self.extra_state = extra_state       # (loader batches done in this pass) -> more checkpoint content
+        self.on_nan = on_nan
+        self.stop = stop
+        self.save_every_s = save_every_s
         self._warned: set[str] = set()
         self.notes: list[str] = []
         module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
@@ -87,7 +111,20 @@ class Trainer:
         self.accumulation = accumulation
         self.cuda = self.device.type == "cuda"
         self.epoch = 0
-        self.batch_in_epoch = 0
+        self.batch_in_epoch = 0          # absolute index of the next batch of this epoch
+        self.pass_start = 0              # batch this pass over the epoch began at (>0 after a resume)
+        self.nonfinite = NonFiniteGuard(self.device)
+        self.nonfinite_total = 0
+        self.oom_events: list[dict[str, Any]] = []
+        self.checkpoint_errors: list[str] = []
+        self.last_good: Path | None = None   # newest checkpoint known to be complete
+        self._resume: dict[str, Any] | None = None
+        self._result: FitResult | None = None
+        self._stale = 0
+        self._partial: dict[str, Any] | None = None
+        self._bad_seen = 0
+        self._last_save = time.monotonic()
+        self._signals = SignalHook.from_env()
 
     @property
     def model(self) -> torch.nn.Module:
@@ -103,24 +140,30 @@ class Trainer:
         self.io.warn(text)
 
     # -- one epoch -----------------------------------------------------------------------------------
-    def train_epoch(self, loader: Iterable[Any], epoch: int, batches: int | None = None) -> dict[str, Any]:
-        """Train over `loader` once (or its first `batches` batches). -> mean loss, images, seconds."""
+    def train_epoch(self, loader: Iterable[Any], epoch: int, batches: int | None = None, *, first: int = 0,
+                    partial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Train over `loader` once (or its first `batches` batches). -> mean loss, images, seconds.
+        `first`: index of the loader's first batch within the epoch (a resumed pass), `partial`: the
+        epoch's sums up to there, from the checkpoint."""
         engine, io = self.engine, self.io
         engine.module.train()
-        n = batches if batches is not None else len(loader)  # type: ignore[arg-type]
-        loss_sum = torch.zeros((), device=self.device)
-        nonfinite = torch.zeros((), device=self.device, dtype=torch.long)
-        images_seen, pending = 0, []
+        n = first + (batches if batches is not None else len(loader))  # type: ignore[arg-type]
+        partial = partial or {}
+        loss_sum = torch.full((), float(partial.get("loss_sum", 0.0)), device=self.device)
+        nonfinite = torch.full((), int(partial.get("nonfinite", 0)), device=self.device, dtype=torch.long)
+        images_seen, pending = int(partial.get("images", 0)), []
         started = last_log = time.perf_counter()
+        started -= float(partial.get("seconds", 0.0))
+        self.pass_start = self.batch_in_epoch = first
         it = iter(loader)
-        for i in range(n):
+        for i in range(first, n):
             t0 = time.perf_counter()
             try:
                 batch = next(it)
             except StopIteration:
                 break
             t1 = time.perf_counter()
-            log_now = i == 0 or i == n - 1 or (t1 - last_log) >= self.log_interval_s
+            log_now = i == first or i == n - 1 or (t1 - last_log) >= self.log_interval_s
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self.cuda else None
             if ev:
                 ev[0].record()
@@ -130,13 +173,17 @@ class Trainer:
             t2 = time.perf_counter()
             window, closes = window_length(i, n, self.accumulation)
             lr = self.schedule.current()  # the LR this batch's optimizer step uses
-            loss = engine.forward_backward(images, targets, window)
+            loss = self._forward_backward(images, targets, window, i % self.accumulation == 0, epoch, i)
             ok = torch.isfinite(loss)  # kept on the device: no sync per step
             loss_sum += torch.where(ok, loss, 0.0)
             nonfinite += ~ok
             # Reading the scale syncs a GPU, so a skipped fp16 step (inf/NaN gradients) is detected on logged steps.
             scale_before = self.precision.scale if log_now and closes and self.precision.scaler is not None else None
             norm = engine.optimizer_step(want_norm=log_now) if closes else None
+            bad = ~ok
+            if closes and engine.guard is not None and engine.found_inf is not None:
+                bad = bad | (engine.found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped by the guard
+            self.nonfinite.record(bad)
             if ev:
                 ev[2].record()
             t3 = time.perf_counter()
@@ -145,7 +192,8 @@ class Trainer:
             fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs,
                           data_wait_s=t1 - t0, h2d_s=t2 - t1, compute_s=t3 - t2, loss=None,
                           lr=lr, grad_norm=None, amp_scale=None, skipped=False,
-                          batch_size=bs, accumulation_steps=self.accumulation, end_time=t3)
+                          batch_size=engine.micro_batch(bs), accumulation_steps=self.accumulation * engine.splits,
+                          end_time=t3)
             if log_now:
                 fields["loss"] = float(loss)          # the one sync of this log interval
                 fields["grad_norm"] = float(norm) if norm is not None else None
@@ -153,19 +201,106 @@ class Trainer:
                 fields["skipped"] = scale_before is not None and fields["amp_scale"] < scale_before
             pending.append(_Pending(fields, tuple(ev) if ev else None))
             self.batch_in_epoch = i + 1
+            if log_now or not self.cuda:  # a CPU reads device values for free; CUDA waits for a logged step
+                self._check_nonfinite(epoch, i, lr)
             if log_now:
                 self._flush(pending)
                 pending = []
                 last_log = time.perf_counter()
+            if closes and i + 1 < n:
+                self._signals.after_step(self.schedule.step)
+                stopping = self.stop is not None and self.stop.requested is not None
+                due = self.save_every_s is not None and time.monotonic() - self._last_save >= self.save_every_s
+                if stopping or due:
+                    self._flush(pending)
+                    pending = []
+                    self._partial = {"loss_sum": float(loss_sum), "nonfinite": int(nonfinite), "images": images_seen,
+                                     "seconds": time.perf_counter() - started}
+                    path = self._save_mid_epoch(epoch)
+                    if stopping:
+                        raise Interrupted(self.stop, path, epoch, i + 1, self.schedule.step)  # type: ignore[arg-type]
         self._flush(pending)
-        seen_batches, bad = self.batch_in_epoch, int(nonfinite)
+        self._partial = None
+        seen_batches, bad_count = self.batch_in_epoch, int(nonfinite)
+        self.nonfinite_total += bad_count - int(partial.get("nonfinite", 0))
         # fp16 overflows now and then (the GradScaler skips those steps); a whole epoch of them is divergence.
-        if seen_batches and bad == seen_batches:
+        if seen_batches and bad_count == seen_batches:
             raise JobFailed(f"training diverged in epoch {epoch + 1}: every training loss was NaN or infinite "
                             f"(LR {self.schedule.current():.4g}); lower optim.base_lr or set optim.clip_grad_norm")
-        mean_loss = float(loss_sum) / max(1, seen_batches - bad)
-        return {"train_loss": mean_loss, "train_nonfinite_batches": bad, "train_images": images_seen,
+        mean_loss = float(loss_sum) / max(1, seen_batches - bad_count)
+        return {"train_loss": mean_loss, "train_nonfinite_batches": bad_count, "train_images": images_seen,
                 "train_s": time.perf_counter() - started}
+
+    # -- faults --------------------------------------------------------------------------------------
+    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
+                          epoch: int, index: int) -> torch.Tensor:
+        """forward_backward, retried on the same data as smaller micro-batches while it runs out of memory."""
+        engine = self.engine
+        while True:
+            stash = None if first_in_window else engine.take_grads()
+            try:
+                loss = engine.forward_backward(images, targets, window)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+                if not is_out_of_memory(exc):
+                    raise
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            else:
+                if stash is not None:
+                    engine.give_back_grads(stash, keep_new=True)
+                return loss
+            # Outside the except block: the exception and the frames holding the step's tensors are gone.
+            if stash is not None:
+                engine.give_back_grads(stash, keep_new=False)
+            else:
+                engine.optimizer.zero_grad(set_to_none=True)
+            free_device_memory(self.device)
+            self._back_off(int(targets.shape[0]), epoch, index, reason)
+
+    def _back_off(self, batch: int, epoch: int, index: int, reason: str) -> None:
+        engine = self.engine
+        before = engine.micro_batch(batch)
+        where = f"step {self.schedule.step + 1} (epoch {epoch + 1}, batch {index + 1})"
+        if before <= 1:
+            raise JobFailed(f"out of memory at {where} with a per-device batch of 1 ({reason}); nothing left to "
+                            "halve: use a smaller model or loader.image_size, or set "
+                            "speed.activation_checkpointing=true")
+        engine.splits *= 2
+        after = engine.micro_batch(batch)
+        acc_before, acc_after = self.accumulation * engine.splits // 2, self.accumulation * engine.splits
+        effective = self.plan.batch_size * self.accumulation * max(1, self.plan.world_size)
+        self.oom_events.append({"epoch": epoch + 1, "batch": index + 1, "step": self.schedule.step + 1,
+                                "batch_from": before, "batch_to": after, "accumulation_from": acc_before,
+                                "accumulation_to": acc_after, "effective_batch": effective,
+                                "lr": self.schedule.current()})
+        self._warn(f"out of memory at {where}: per-device batch {before} -> {after}, accumulation {acc_before} -> "
+                   f"{acc_after}; effective batch {effective} and LR {self.schedule.current():.4g} unchanged, "
+                   "same data retried")
+
+    def _check_nonfinite(self, epoch: int, index: int, lr: float) -> None:
+        worst = self.nonfinite.read_and_reset()
+        if self.on_nan != "stop" or worst < MAX_NONFINITE_STREAK:
+            return
+        good = str(self.last_good) if self.last_good is not None else "none written yet"
+        raise JobFailed(f"{worst} steps in a row had a non-finite loss or gradients, the last at optimizer step "
+                        f"{self.schedule.step} (epoch {epoch + 1}, batch {index + 1}, LR {lr:.4g}); their updates "
+                        f"were skipped and nothing was saved after them. Last good checkpoint: {good} (intact). "
+                        "Lower optim.base_lr, set optim.clip_grad_norm, or use --on-nan skip")
+
+    def _save_mid_epoch(self, epoch: int) -> Path | None:
+        self._last_save = time.monotonic()
+        if self.io.checkpoints is None:
+            return None
+        path = self.io.checkpoints.save_last(self.state(epoch, consumed_batches=self.batch_in_epoch - self.pass_start))
+        self._note_saved(path)
+        return path
+
+    def _note_saved(self, path: Path | None) -> None:
+        if path is not None:
+            self.last_good = path
+        errors = self.io.checkpoints.errors if self.io.checkpoints is not None else []
+        for text in errors[len(self.checkpoint_errors):]:
+            self.checkpoint_errors.append(text)
+            self._warn(text)
 
     def _flush(self, pending: list[_Pending]) -> None:
         if not pending:
@@ -173,6 +308,13 @@ class Trainer:
         if pending[-1].events is not None:
             pending[-1].events[2].synchronize()  # every earlier event is complete once the last one is
         tel, dash, log = self.io.telemetry, self.io.dashboard, self.io.runlog
+        if self.io.bad_files is not None:
+            bad = self.io.bad_files()
+            if len(bad) > self._bad_seen:
+                self._bad_seen = len(bad)
+                if dash is not None:
+                    dash.message(f"skipped {len(bad)} unreadable image file(s) so far, latest {bad[-1]} "
+                                 "(--strict-data stops instead)", level="warning")
         rec = None
         for p in pending:
             if p.events is not None:
@@ -233,21 +375,35 @@ class Trainer:
         io = self.io
         started = time.perf_counter()
         result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False, notes=self.notes)
+        resume = self._resume or {}
+        fit_state = resume.get("fit") or {}
+        result.best_acc1, result.best_epoch = fit_state.get("best_acc1"), fit_state.get("best_epoch")
+        result.history = list(fit_state.get("history", []))
+        first_epoch = int(resume.get("epoch", start_epoch))
+        first_batch = int(resume.get("batch_in_epoch", 0))
         if val_loader is not None:  # fail in seconds, not after a whole epoch, when validation is broken
             result.sanity = self.validate(val_loader, max_batches=2)
+        if resume.get("rng") is not None:  # after the sanity check: the next batch sees what it saw before
+            restore_rng_states(resume["rng"])
         if io.telemetry is not None:
             io.telemetry.start()
         patience = self.optim.early_stopping_patience
-        stale = 0
+        stale = int(fit_state.get("stale", 0))
+        self._result = result
+        self._stale = stale
         try:
-            for epoch in range(start_epoch, epochs):
+            for epoch in range(first_epoch, epochs):
                 self.epoch, self.batch_in_epoch = epoch, 0
                 if set_epoch is not None:
                     set_epoch(epoch)
-                row: dict[str, Any] = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch)}
+                first = first_batch if epoch == first_epoch else 0
+                row: dict[str, Any] = {"epoch": epoch + 1, **self.train_epoch(
+                    train_loader, epoch, first=first, partial=resume.get("partial") if first else None)}
                 if val_loader is not None:
                     row.update(self.validate(val_loader))
                 row["lr"] = self.schedule.current()
+                if io.bad_files is not None:
+                    row["bad_files"] = len(io.bad_files())
                 if io.telemetry is not None:
                     row.update({f"telemetry_{k}": v for k, v in io.telemetry.epoch_stats().items()})
                 self.schedule.epoch_end(row.get("val_loss"))
@@ -257,11 +413,14 @@ class Trainer:
                     result.best_acc1, result.best_epoch, stale = acc, epoch + 1, 0
                 else:
                     stale += 1
+                self._stale = stale
                 self.batch_in_epoch = 0
-                if io.checkpoints is not None:
-                    io.checkpoints.save_epoch(self.state(epoch + 1, row), epoch, is_best)
                 result.history.append(row)
                 result.epochs_run += 1
+                if io.checkpoints is not None:
+                    self._last_save = time.monotonic()
+                    written = io.checkpoints.save_epoch(self.state(epoch + 1, row), epoch, is_best)
+                    self._note_saved(written[0] if written else None)
                 if io.runlog is not None:
                     io.runlog.log_epoch(row)
                 if io.dashboard is not None:
@@ -270,25 +429,53 @@ class Trainer:
                     result.stopped_early = True
                     self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for {patience} epochs")
                     break
+                if self.stop is not None and self.stop.requested is not None and epoch + 1 < epochs:
+                    raise Interrupted(self.stop, self.last_good, epoch + 1, 0, self.schedule.step)
         finally:
             if io.telemetry is not None:
                 io.telemetry.stop()
         result.wall_s = time.perf_counter() - started
         return result
 
-    def state(self, next_epoch: int, row: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Everything an exact resume needs; `next_epoch`/`batch_in_epoch` say where to continue."""
+    def state(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0) -> dict[str, Any]:
+        """Everything an exact resume needs; `next_epoch`/`batch_in_epoch` say where to continue.
+        `consumed_batches`: loader batches trained in the current pass (mid-epoch checkpoints)."""
         scaler = self.precision.scaler
+        result = self._result
         payload: dict[str, Any] = {
             "model": self.model.state_dict(), "optimizer": self.engine.optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,
             "schedule": self.schedule.state_dict(), "epoch": next_epoch, "batch_in_epoch": self.batch_in_epoch,
+            "partial": self._partial if self.batch_in_epoch else None,
             "rng": rng_states(), "plan": self.plan.to_dict(), "metrics": row or {},
             "profile": self.profile.model_dump(mode="json") if self.profile is not None else None,
+            "micro_batch_splits": self.engine.splits, "oom_events": list(self.oom_events),
+            "nonfinite_total": self.nonfinite_total,
+            "fit": {"best_acc1": result.best_acc1, "best_epoch": result.best_epoch, "stale": self._stale,
+                    "history": list(result.history)} if result is not None else None,
         }
         if self.extra_state is not None:
-            payload.update(self.extra_state())
+            payload.update(self.extra_state(consumed_batches))
         return payload
+
+    def load_state(self, payload: dict[str, Any], path: Path) -> None:
+        """Restore a checkpoint written by state(); fit() then continues where it was written.
+        Weights that do not fit the model, or optimizer state that does not fit, are a UserError naming `path`."""
+        load_model_state(self.model, payload, path)
+        try:
+            self.engine.optimizer.load_state_dict(payload["optimizer"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise UserError([Problem(str(path), f"its optimizer state does not fit this run ({exc})",
+                                     "resume with the same optim.optimizer as the run that wrote it")]) from exc
+        scaler = self.precision.scaler
+        if scaler is not None and payload.get("scaler"):
+            scaler.load_state_dict(payload["scaler"])
+        self.schedule.load_state_dict(payload["schedule"])
+        self.engine.splits = int(payload.get("micro_batch_splits") or 1)
+        self.oom_events = list(payload.get("oom_events") or [])
+        self.nonfinite_total = int(payload.get("nonfinite_total") or 0)
+        self._resume = payload
+        self.last_good = Path(path)
 
 
 def _unpack(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:

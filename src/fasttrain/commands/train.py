@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
 
 
 def train_cmd(
+    ctx: typer.Context,
     profile: Optional[str] = typer.Option(None, "--profile", "-p", metavar="NAME|FILE",
                                           help="Preset name or profile YAML; default: the preset that fits this machine."),
     model: Optional[str] = typer.Option(None, "--model", "-m", metavar="NAME|module:callable",
@@ -42,6 +43,16 @@ def train_cmd(
                                                   "are always written)."),
     strict_data: bool = typer.Option(False, "--strict-data", help="Stop at the first unreadable image instead "
                                      "of skipping and counting it."),
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN_DIR|FILE|auto",
+                                         help="Continue a run from its newest checkpoint (auto: the newest valid one "
+                                              "of --run-name, or of the latest run); its flags are reused unless "
+                                              "given again."),
+    on_nan: str = typer.Option("stop", "--on-nan", metavar="stop|skip",
+                               help="Non-finite loss/gradients: steps are always skipped; stop after 3 in a row "
+                                    "(default) or keep skipping."),
+    save_every_minutes: Optional[float] = typer.Option(None, "--save-every-minutes", metavar="N",
+                                                       help="Also write last.pt mid-epoch every N minutes (for "
+                                                            "machines that vanish without a signal)."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain import train_run
@@ -50,7 +61,9 @@ def train_cmd(
     args = train_run.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
-                               num_classes=num_classes, save_every=save_every, strict_data=strict_data)
+                               num_classes=num_classes, save_every=save_every, strict_data=strict_data,
+                               resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
+                               explicit=_given(ctx))
     prep = train_run.prepare(args)
     if dry_run:
         from fasttrain.models import create_model
@@ -66,3 +79,15 @@ def train_cmd(
     summary = train_run.execute(prep)
     if as_json:
         print_json(summary)
+    if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
+        raise typer.Exit(summary["exit_code"])
+
+
+def _given(ctx: typer.Context) -> set[str]:
+    """Parameters set on the command line (or by env): on --resume they win over the checkpoint's own."""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            given.add(name)
+    return given
