@@ -89,6 +89,16 @@ def quiet_workers(loader: Any) -> None:
         inner.worker_init_fn = QuietWorkerInit(inner.worker_init_fn)
 
 
+def shutdown_workers(loader: Any) -> None:
+    """Stop a DataLoader's worker processes now (persistent ones included). Workers ignore SIGTERM, so they
+    must be told to finish before interpreter exit, where multiprocessing would otherwise wait for them."""
+    inner = getattr(loader, "loader", loader)
+    iterator = getattr(inner, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+        inner._iterator = None
+
+
 @dataclass
 class SignalHook:
     """FASTTRAIN_TEST_SIGNAL_AT_STEP / FASTTRAIN_TEST_SIGNALS (see module docstring)."""

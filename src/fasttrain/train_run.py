@@ -202,7 +202,7 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     from fasttrain.dashboard import Dashboard, choose_mode
     from fasttrain.datasets import SyntheticBatches
     from fasttrain.models import create_model
-    from fasttrain.resilience import GracefulStop, quiet_workers
+    from fasttrain.resilience import GracefulStop, quiet_workers, shutdown_workers
     from fasttrain.resume import restore_sampler
     from fasttrain.runlog import RunLog, new_run_dir
     from fasttrain.telemetry import Telemetry
@@ -229,7 +229,7 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
         restore_sampler(epoch_sampler, prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
     run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"),
                           resume=prep.resume_payload is not None)
-    saved_args = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items() if k in RESUMED_FIELDS}
+    saved_args = _args_to_save(args)
 
     def extra_state(consumed_batches: int) -> dict[str, Any]:
         state: dict[str, Any] = {"args": saved_args}
@@ -271,11 +271,22 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
                 result = trainer.fit(train_loader, val_loader, epochs,
                                      set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)
         except Interrupted as exc:
-            interrupted = exc
+            interrupted = exc.with_traceback(None)  # no frame cycle keeping the loaders' workers alive
             result = trainer._result
+        except KeyboardInterrupt:  # a second Ctrl-C: stop at once (exit 130), say what is left
+            runlog.close()
+            good = f"the last good checkpoint is {trainer.last_good}; resume with: {resume_command(run_dir)}" \
+                if trainer.last_good else "no checkpoint was written yet"
+            print(f"fasttrain: interrupted: stopped at once, the step in flight is lost; {good}",
+                  file=sys.stderr, flush=True)
+            raise
         except BaseException:
             runlog.close()
             raise
+        finally:
+            for loader in (train_loader, val_loader):
+                if loader is not None:
+                    shutdown_workers(loader)
         summary = _summary(prep, result, run_dir, time.perf_counter() - started, bundle, torch)
         summary.update(_faults(trainer, prep, bundle))
         summary["forecast"] = forecast
@@ -287,6 +298,18 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     if interrupted is not None:
         print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary
+
+
+def _args_to_save(args: TrainArgs) -> dict[str, Any]:
+    """The run's own arguments for a later --resume; a profile file or data folder given by a relative
+    path is stored absolute, so the resume works from any directory."""
+    saved = {k: v for k, v in asdict(args).items() if k in RESUMED_FIELDS}
+    profile, data = saved.get("profile"), saved.get("data")
+    if isinstance(profile, str) and profile.endswith((".yaml", ".yml")) and Path(profile).is_file():
+        saved["profile"] = str(Path(profile).resolve())
+    if isinstance(data, str) and data not in DEFAULT_MODELS and ":" not in data and Path(data).is_dir():
+        saved["data"] = str(Path(data).resolve())
+    return saved
 
 
 def resume_command(run_dir: Path) -> str:

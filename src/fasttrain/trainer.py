@@ -145,17 +145,27 @@ class Trainer:
         """Train over `loader` once (or its first `batches` batches). -> mean loss, images, seconds.
         `first`: index of the loader's first batch within the epoch (a resumed pass), `partial`: the
         epoch's sums up to there, from the checkpoint."""
-        engine, io = self.engine, self.io
-        engine.module.train()
+        self.engine.module.train()
         n = first + (batches if batches is not None else len(loader))  # type: ignore[arg-type]
         partial = partial or {}
         loss_sum = torch.full((), float(partial.get("loss_sum", 0.0)), device=self.device)
         nonfinite = torch.full((), int(partial.get("nonfinite", 0)), device=self.device, dtype=torch.long)
-        images_seen, pending = int(partial.get("images", 0)), []
-        started = last_log = time.perf_counter()
-        started -= float(partial.get("seconds", 0.0))
+        images_seen = int(partial.get("images", 0))
+        started = time.perf_counter() - float(partial.get("seconds", 0.0))
         self.pass_start = self.batch_in_epoch = first
         it = iter(loader)
+        try:
+            return self._train_pass(it, epoch, first, n, partial, loss_sum, nonfinite, images_seen, started)
+        finally:
+            close = getattr(it, "close", None)  # a generator over a DataLoader: shuts its workers down now,
+            if close is not None:               # not whenever a traceback holding it is collected
+                close()
+
+    def _train_pass(self, it: Any, epoch: int, first: int, n: int, partial: dict[str, Any], loss_sum: torch.Tensor,
+                    nonfinite: torch.Tensor, images_seen: int, started: float) -> dict[str, Any]:
+        engine = self.engine
+        pending: list[_Pending] = []
+        last_log = time.perf_counter()
         for i in range(first, n):
             t0 = time.perf_counter()
             try:
@@ -414,12 +424,13 @@ class Trainer:
                 else:
                     stale += 1
                 self._stale = stale
+                pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
                 self.batch_in_epoch = 0
                 result.history.append(row)
                 result.epochs_run += 1
                 if io.checkpoints is not None:
                     self._last_save = time.monotonic()
-                    written = io.checkpoints.save_epoch(self.state(epoch + 1, row), epoch, is_best)
+                    written = io.checkpoints.save_epoch(self.state(epoch + 1, row, pass_done), epoch, is_best)
                     self._note_saved(written[0] if written else None)
                 if io.runlog is not None:
                     io.runlog.log_epoch(row)

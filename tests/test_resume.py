@@ -1,0 +1,185 @@
+"""Resume (issue 6): a real SIGTERM mid-epoch then --resume ends bit-identical to an uninterrupted run;
+SIGINT/double Ctrl-C; SIGKILL while a checkpoint is written; truncated and misfitting checkpoints.
+
+Real subprocesses (`python -m fasttrain train`), real image files, tiny_cnn at 16 px, fp32, one thread.
+Where a signal lands is decided by FASTTRAIN_TEST_SIGNAL_AT_STEP (the trainer signals itself right after
+that optimizer step: a real signal through the real handler, no race with a clock).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, run_subprocess
+from fasttrain import checkpoint as ck
+from loop_helpers import write_image_folder
+
+# 24 train images / batch 4 = 6 steps per epoch, 2 epochs; no randomness left to chance.
+PROFILE = """\
+extends: cpu
+loader:
+  batch_size: 4
+  num_workers: 0
+  prefetch_factor: null
+  persistent_workers: false
+  image_size: 16
+speed:
+  precision: fp32
+  compile: false
+optim:
+  epochs: 2
+  warmup_epochs: 0
+"""
+ENV = {"OMP_NUM_THREADS": "1"}
+BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--save-every", "1")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("resume")
+    write_image_folder(root / "data")
+    (root / "tiny.yaml").write_text(PROFILE)
+    return root
+
+
+def _train(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_subprocess("train", *BASE, *args, env={**ENV, **(env or {})}, cwd=root, timeout=240)
+
+
+def _train_in_own_group(root: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Like _train, in a new session: a group-wide signal then reaches the run and its workers, not pytest."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
+    full.update({**ENV, **env})
+    return subprocess.run([sys.executable, "-m", "fasttrain", "train", *BASE, *args], capture_output=True,
+                          text=True, env=full, cwd=root, timeout=240, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def reference(work: Path) -> Path:
+    """One uninterrupted run of the full length, shared by the tests below."""
+    proc = _train(work, "--run-name", "ref")
+    assert proc.returncode == 0, proc.stderr
+    return work / "runs" / "ref"
+
+
+def _assert_same_tensors(a: object, b: object, where: str = "") -> None:
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            _assert_same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where  # type: ignore[arg-type]
+        for i, (x, y) in enumerate(zip(a, b)):  # type: ignore[call-overload]
+            _assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_sigterm_mid_epoch_then_resume_is_bit_identical(work: Path, reference: Path) -> None:
+    cut = _train(work, "--run-name", "cut", env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "8"})
+    assert cut.returncode == 0, cut.stderr
+    assert "stopped by SIGTERM after optimizer step 8 (epoch 2, batch 2)" in cut.stderr
+    run = work / "runs" / "cut"
+    mid = ck.load(run / "last.pt")
+    assert (mid["epoch"], mid["batch_in_epoch"], mid["sampler"]["epoch"], mid["sampler"]["start"]) == (1, 2, 1, 8)
+    command = re.search(r"resume with: (.+)", cut.stderr).group(1)  # type: ignore[union-attr]
+    assert command == "fasttrain train --resume runs/cut"
+    resumed = run_subprocess(*shlex.split(command)[1:], env=ENV, cwd=work, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from runs/cut/last.pt at epoch 2, batch 2" in resumed.stdout
+    a, b = ck.load(reference / "last.pt"), ck.load(run / "last.pt")
+    assert (a["epoch"], b["epoch"]) == (2, 2)
+    for key in ("model", "optimizer", "schedule", "sampler"):
+        _assert_same_tensors(a[key], b[key], key)
+    assert a["fit"]["history"][1]["train_loss"] == b["fit"]["history"][1]["train_loss"]  # partial sums carried over
+    rows = [line for line in (run / "metrics.jsonl").read_text().splitlines() if json.loads(line)["kind"] == "epoch"]
+    assert len(rows) == 2  # epoch 1 from the first process, epoch 2 appended by the resumed one
+
+
+def test_sigint_to_the_process_group_with_a_worker(work: Path) -> None:
+    proc = _train_in_own_group(work, "--run-name", "int", "--set", "loader.num_workers=1",
+                               env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "3", "FASTTRAIN_TEST_SIGNALS": "INT",
+                                    "FASTTRAIN_TEST_SIGNAL_GROUP": "1"})
+    assert proc.returncode == 130, proc.stderr
+    assert "stopped by SIGINT after optimizer step 3 (epoch 1, batch 3)" in proc.stderr
+    assert "resume with: fasttrain train --resume runs/int" in proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr  # the worker kept quiet
+    mid = ck.load(work / "runs" / "int" / "last.pt")
+    assert (mid["epoch"], mid["batch_in_epoch"], mid["sampler"]["start"]) == (0, 3, 12)
+
+
+def test_second_ctrl_c_stops_at_once(work: Path) -> None:
+    proc = _train_in_own_group(work, "--run-name", "twice", "--set", "loader.num_workers=1",
+                               env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "3", "FASTTRAIN_TEST_SIGNALS": "INT,INT",
+                                    "FASTTRAIN_TEST_SIGNAL_GROUP": "1"})
+    assert proc.returncode == 130, proc.stderr
+    assert "fasttrain: interrupted: stopped at once" in proc.stderr and "no checkpoint was written yet" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (work / "runs" / "twice" / "last.pt").exists()  # stopped before any checkpoint, none half-written
+    assert not list((work / "runs" / "twice").glob(".*.tmp"))
+
+
+def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
+    run = work / "runs" / "killed"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
+    full.update({**ENV, "FASTTRAIN_TEST_SLOW_SAVE": "120"})  # replacing last.pt waits 120 s before the rename
+    child = subprocess.Popen([sys.executable, "-m", "fasttrain", "train", *BASE, "--run-name", "killed"],
+                             cwd=work, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(run.glob(".last.pt.*.tmp")) and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert list(run.glob(".last.pt.*.tmp")), "the second save of last.pt never started"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    payload = ck.load(run / "last.pt")  # the epoch-1 checkpoint, whole
+    assert payload["epoch"] == 1 and payload["batch_in_epoch"] == 0
+    ck.load_model_state(__import__("fasttrain.tiny_models").tiny_models.tiny_cnn(num_classes=3), payload,
+                        run / "last.pt")
+    assert list(run.glob(".last.pt.*.tmp"))  # the dead process's temporary file ...
+    ck.CheckpointPolicy(run).save_last(payload)
+    assert not list(run.glob(".*.tmp"))      # ... is pruned after the next good save
+
+
+def test_truncated_checkpoint_names_the_file_and_the_previous_good_one(work: Path, reference: Path, cli,  # noqa: ANN001
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = work / "runs" / "damaged"
+    shutil.copytree(reference, run)
+    data = (run / "last.pt").read_bytes()
+    (run / "last.pt").write_bytes(data[: len(data) // 2])
+    monkeypatch.chdir(work)
+    res = cli("train", "--resume", str(run))
+    assert res.code == 2, res.err
+    assert str(run / "last.pt") in res.err and "truncated" in res.err
+    assert "previous good checkpoint is" in res.err and "Traceback" not in res.err
+    previous = re.search(r"previous good checkpoint is (\S+)", res.err).group(1)  # type: ignore[union-attr]
+    assert Path(previous).name in {"best.pt", "epoch_0002.pt", "epoch_0001.pt"}
+    ck.load(Path(previous))  # and it really loads
+    # auto skips the damaged file and takes the good one (that run is finished: it says so, exit 2)
+    res = cli("train", "--resume", "auto", "--runs-dir", str(work / "runs"), "--run-name", "damaged")
+    assert res.code == 2 and "skipped damaged checkpoint" in res.err and "already finished epoch 2 of 2" in res.err
+
+
+def test_a_model_that_does_not_fit_is_refused(work: Path, reference: Path, cli,  # noqa: ANN001
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(REPO / "tests"))
+    res = cli("train", "--resume", str(reference / "epoch_0001.pt"), "--model", "fault_models:other_net",
+              "--quiet")
+    assert res.code == 2, res.err
+    assert str(reference / "epoch_0001.pt") in res.err and "does not fit this model" in res.err
