@@ -183,3 +183,21 @@ def test_a_model_that_does_not_fit_is_refused(work: Path, reference: Path, cli, 
               "--quiet")
     assert res.code == 2, res.err
     assert str(reference / "epoch_0001.pt") in res.err and "does not fit this model" in res.err
+
+
+def test_resume_from_an_epoch_end_checkpoint_matches_too(work: Path, reference: Path, cli,  # noqa: ANN001
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    run = work / "runs" / "from_epoch1"
+    run.mkdir(parents=True)
+    shutil.copy2(reference / "epoch_0001.pt", run / "epoch_0001.pt")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the reference ran on one thread; so does this process now
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = cli("train", "--resume", str(run), "--json")
+    finally:
+        torch.set_num_threads(threads)
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["history"][1]["train_images"] == 24  # the whole second epoch was trained
+    _assert_same_tensors(ck.load(reference / "last.pt")["model"], ck.load(run / "last.pt")["model"], "model")

@@ -67,7 +67,7 @@ def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int)
     if epoch >= epochs and batch == 0:
         raise UserError([Problem(str(path), f"the run already finished epoch {epoch} of {epochs}",
                                  f"train further with --epochs {epoch + 1} or more (the LR schedule then "
-                                 "stretches to the new length)", epochs)])
+                                 "stretches to the new length)")])
 
 
 def restore_sampler(sampler: Any, payload: dict[str, Any], path: Path) -> None:

@@ -269,7 +269,7 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
         try:
             with stop:
                 result = trainer.fit(train_loader, val_loader, epochs,
-                                     set_epoch=epoch_sampler.set_epoch if epoch_sampler else None)
+                                     set_epoch=epoch_sampler.set_epoch if epoch_sampler is not None else None)
         except Interrupted as exc:
             interrupted = exc.with_traceback(None)  # no frame cycle keeping the loaders' workers alive
             result = trainer._result
@@ -324,8 +324,9 @@ def _interrupted(exc: Any, run_dir: Path, trainer: Any) -> dict[str, Any]:
     else:
         saved = f"no checkpoint could be written now; the last good one is {trainer.last_good}" \
             if trainer.last_good else "no checkpoint could be written"
-    text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} (epoch {exc.epoch + 1}, "
-            f"batch {exc.batch}); {saved}.\nfasttrain: resume with: {command}")
+    where = f"epoch {exc.epoch + 1}, batch {exc.batch}" if exc.batch else f"the end of epoch {exc.epoch}"
+    text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} ({where}); {saved}."
+            f"\nfasttrain: resume with: {command}")
     return {"interrupted": exc.signal_name, "exit_code": exc.exit_code, "stopped_at": {
             "epoch": exc.epoch + 1, "batch": exc.batch, "step": exc.step},
             "checkpoint_written": str(exc.checkpoint) if exc.checkpoint else None,
