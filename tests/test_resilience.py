@@ -192,3 +192,32 @@ def test_save_every_minutes_writes_mid_epoch_checkpoints(tmp_path: Path) -> None
     payload = ck.load(tmp_path / "last.pt")  # written after batch 2 (a save after the last batch is the epoch's)
     assert (payload["epoch"], payload["batch_in_epoch"], payload["consumed"]) == (0, 2, 2)
     assert payload["partial"]["images"] == 8 and math.isfinite(payload["partial"]["loss_sum"])
+
+
+# -- signal handlers ---------------------------------------------------------------------------------
+def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
+    import signal
+    import threading
+
+    from fasttrain.resilience import GracefulStop
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with GracefulStop() as stop:
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
+        signal.raise_signal(signal.SIGTERM)  # first signal: only recorded
+        assert stop.requested == signal.SIGTERM and stop.exit_code == 0 and stop.name == "SIGTERM"
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    seen: list[object] = []
+
+    def in_thread() -> None:
+        with GracefulStop():
+            seen.append(signal.getsignal(signal.SIGTERM))
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    assert seen == [before[0]]  # signal.signal would raise outside the main thread: nothing was installed
+    with pytest.raises(KeyboardInterrupt):
+        with GracefulStop() as stop:
+            signal.raise_signal(signal.SIGINT)
+            assert stop.exit_code == 130
+            signal.raise_signal(signal.SIGINT)  # the second Ctrl-C stops at once
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
