@@ -47,12 +47,11 @@ def test_gpu_profile_on_a_cpu_machine_falls_back_and_says_why() -> None:
     assert not plan.pin_memory and not plan.cudnn_benchmark and not plan.fused_optimizer
 
 
-@pytest.mark.parametrize("fast, expected", [(True, "bf16-mixed"), (False, "fp32"), (None, "bf16-mixed")])
-def test_bf16_on_a_cpu_follows_its_instruction_set(fast: bool | None, expected: str) -> None:
+@pytest.mark.parametrize("fast", [True, False, None])
+def test_bf16_on_a_cpu_runs_as_asked_and_warns_without_bf16_instructions(fast: bool | None) -> None:
     plan = make_plan(profile("cpu", "speed.precision=bf16-mixed"), report("cpu_only", cpu_bf16_fast=fast))
-    assert plan.precision == expected
-    if fast is False:
-        assert "AVX512-BF16/AMX" in plan.precision_reason
+    assert plan.precision == "bf16-mixed"
+    assert ("slower than fp32" in plan.precision_reason) is (fast is False)
 
 
 def test_nvidia_gpu_with_cpu_only_torch_trains_on_the_cpu() -> None:

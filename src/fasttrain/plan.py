@@ -59,8 +59,9 @@ def _precision(profile: Profile, report: HardwareReport, cuda: bool) -> tuple[st
     if not cuda:
         if asked == "fp16-mixed":
             return "fp32", "no CUDA GPU: fp16 autocast on a CPU is slower than fp32 and GradScaler is CUDA-only"
-        if report.torch.cpu_bf16_fast is False:
-            return "fp32", "no CUDA GPU, and this CPU lacks AVX512-BF16/AMX: bf16 autocast would be slower than fp32"
+        if report.torch.cpu_bf16_fast is False:  # still runs as asked: `bench speedups` must be able to measure it
+            return "bf16-mixed", ("no CUDA GPU: bf16 autocast on the CPU, which lacks AVX512-BF16/AMX, so expect it "
+                                  "slower than fp32 (--set speed.precision=fp32)")
         return "bf16-mixed", "no CUDA GPU: bf16 autocast runs on the CPU (fast only with AVX512-BF16/AMX)"
     gpu = report.gpus[0] if report.gpus else None
     if asked == "bf16-mixed" and gpu is not None and gpu.bf16_supported is False:
