@@ -125,3 +125,33 @@ def test_json_summary_and_a_custom_model(cli, setup, tmp_path: Path, monkeypatch
     summary = json.loads(res.out)
     assert summary["model"] == "mynets:small" and summary["epochs_run"] == 1
     assert 0.0 <= summary["final_val_acc1"] <= 1.0 and Path(summary["checkpoint_last"]).is_file()
+
+
+def test_batch_size_flag_wins_over_set(cli, setup) -> None:  # noqa: ANN001
+    data, profile = setup
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--json",
+              "--set", "loader.batch_size=8", "--batch-size", "6")
+    assert res.code == 0, res.err
+    view = json.loads(res.out)
+    assert view["plan"]["batch_size"] == 6 and view["plan"]["iterations_per_epoch"] == 4  # floor(24 / 6)
+
+
+def test_batch_size_auto_keeps_the_effective_batch_through_accumulation(cli, setup, monkeypatch) -> None:  # noqa: ANN001
+    # A real model that raises CUDA OOM above 3 samples: the search must land on a size it ran, at or under 3
+    # minus the margin, and accumulation must restore the profile's 8 samples per optimizer step.
+    data, profile = setup
+    monkeypatch.setenv("FAULT_OOM_ABOVE", "3")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--model", "fault_models:oom_net",
+              "--dry-run", "--json", "--set", "loader.batch_size=8", "--batch-size", "auto")
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)["plan"]
+    assert plan["batch_size"] <= 3
+    assert plan["batch_size"] * plan["accumulation_steps"] >= 8 and plan["effective_batch"] >= 8
+    assert any(note.startswith("batch auto:") for note in plan["notes"])
+
+
+def test_bad_batch_size_exits_2(cli, setup) -> None:  # noqa: ANN001
+    data, profile = setup
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--batch-size", "-3")
+    assert res.code == 2 and "--batch-size" in res.err and "Traceback" not in res.err

@@ -47,12 +47,13 @@ class TrainArgs:
     resume: str | None = None            # a run folder, a checkpoint file, or "auto"
     on_nan: str = "stop"                 # "stop" | "skip"
     save_every_minutes: float | None = None
+    batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 
 # TrainArgs fields a checkpoint keeps, so a resume without them repeats the original run.
 RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "seed", "image_size", "num_classes",
-                  "save_every", "strict_data", "on_nan", "save_every_minutes")
+                  "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size")
 
 
 @dataclass
@@ -128,7 +129,14 @@ def prepare(args: TrainArgs) -> Prepared:
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
                                  "drop --num-classes for image folders", args.num_classes)])
+    model_name = args.model or _default_model(args.data, bundle.kind)
+    auto_note = None
+    if args.batch_size is not None:
+        resolved, auto_note = _apply_batch_size(args, ref, resolved, report, model_name, bundle.num_classes)
+        profile = resolved.profile
     plan = make_plan(profile, report, dataset_size=bundle.train_size)
+    if auto_note:
+        plan.notes.append(auto_note)
     if plan.world_size > 1:  # the effective batch and LR would assume devices that are not training
         raise UserError([Problem("world", f"train runs one process on one device, but the profile asks for "
                                  f"{plan.world_size} ({profile.world.nodes} nodes x {profile.world.gpus_per_node})",
@@ -137,11 +145,27 @@ def prepare(args: TrainArgs) -> Prepared:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
                                  plan.batch_size)])
-    model_name = args.model or _default_model(args.data, bundle.kind)
     if payload is not None:
         from fasttrain.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload)
+
+
+def _apply_batch_size(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
+                      num_classes: int) -> tuple[Resolved, str | None]:
+    """--batch-size N sets the per-device batch (a flag, so it wins over --set); auto runs the batch search on
+    this machine and keeps the profile's effective batch through accumulation. -> (re-resolved profile, note)."""
+    from fasttrain import batch_search
+    n = batch_search.check_batch_option(args.batch_size or "")
+    if n is not None:
+        flags = {**flag_overrides(args), "loader.batch_size": ("--batch-size", n)}
+        return presets.resolve(ref, sets=args.sets, flags=flags), None
+    profile = resolved.profile
+    batch, accumulation, message = batch_search.resolve_auto_batch(
+        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
+        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
+    flags = {**flag_overrides(args), **batch_search.auto_flags(batch, accumulation)}
+    return presets.resolve(ref, sets=args.sets, flags=flags), message
 
 
 def _default_model(spec: str, kind: str) -> str:

@@ -23,6 +23,9 @@ def train_cmd(
                              help="ImageFolder tree, the built-in shapes set, random tensors on the device, or "
                                   "your own datasets."),
     epochs: Optional[int] = typer.Option(None, "--epochs", "-e", help="Overrides optim.epochs."),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", metavar="N|auto",
+                                             help="Per-device batch; auto: the largest that runs a full step here "
+                                                  "(bench batch), accumulation keeping the profile's effective batch."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. "
                                              "--set loader.batch_size=128 (repeatable)."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under --runs-dir (default: "
@@ -63,6 +66,7 @@ def train_cmd(
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
+                               batch_size=batch_size,
                                explicit=_given(ctx))
     prep = train_run.prepare(args)
     if dry_run:
