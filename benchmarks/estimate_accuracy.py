@@ -111,23 +111,33 @@ def _train_images_per_s(model: str, size: int, batch: int, runs_dir: str) -> tup
     return float(summary["train_images_per_s"]), steady
 
 
+def _measure_images_per_s(model: str, size: int, batch: int) -> float | None:
+    """`fasttrain estimate --measure` as a user runs it (its own process): measured images/s."""
+    cmd = [sys.executable, "-m", "fasttrain", "estimate", "--profile", "cpu", "--model", model, "--measure",
+           "--measure-steps", "40", "--set", f"loader.batch_size={batch}", "--image-size", str(size),
+           "--num-classes", "10", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        print(f"  estimate --measure failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-300:]}")
+        return None
+    return float(json.loads(proc.stdout)["measure"]["measured"]["images_per_s"])
+
+
 def check_measure_vs_train(model: str, size: int, batch: int, rounds: int) -> tuple[list[dict], list[str]]:
-    """`estimate --measure` (run_synthetic_steps, the train step code) vs a real `train --data synthetic`
-    epoch of the same plan, interleaved, medians."""
-    from fasttrain import models, trainer
+    """`fasttrain estimate --measure` (run_synthetic_steps: train's own epoch loop on synthetic batches) vs a real
+    `fasttrain train --data synthetic` epoch of the same plan, each in its own process as a user runs them,
+    interleaved, medians. (In one long-lived benchmark process the measured rate drifts from a fresh process's.)"""
     measure, epoch, steady = [], [], []
     for _ in range(rounds):
-        plan, prof = cpu_fit.cpu_plan(batch, size)
-        got = trainer.run_synthetic_steps(plan, models.create_model(model, num_classes=10), image_size=size,
-                                          num_classes=10, steps=30, warmup_steps=3, optim=prof.optim)
-        measure.append(got["images_per_s"])
+        got = _measure_images_per_s(model, size, batch)
         with tempfile.TemporaryDirectory() as runs:
             rates = _train_images_per_s(model, size, batch, runs)
-        if rates is None:
+        if rates is None or got is None:
             return [], []
+        measure.append(got)
         epoch.append(rates[0])
         steady.append(rates[1])
-        print(f"  round: --measure {got['images_per_s']:.1f}, train epoch {rates[0]:.1f}, "
+        print(f"  round: --measure {got:.1f}, train epoch {rates[0]:.1f}, "
               f"train steady steps {rates[1]:.1f} images/s", flush=True)
     m, e, t = statistics.median(measure), statistics.median(epoch), statistics.median(steady)
     err = m / t - 1

@@ -116,6 +116,7 @@ class Trainer:
         self.nonfinite = NonFiniteGuard(self.device)
         self.nonfinite_total = 0
         self.oom_events: list[dict[str, Any]] = []
+        self.oom_backoff = True  # run_synthetic_steps turns it off: the batch search must see the OOM itself
         self.checkpoint_errors: list[str] = []
         self.last_good: Path | None = None   # newest checkpoint known to be complete
         self._resume: dict[str, Any] | None = None
@@ -251,7 +252,7 @@ class Trainer:
             try:
                 loss = engine.forward_backward(images, targets, window)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
-                if not is_out_of_memory(exc):
+                if not self.oom_backoff or not is_out_of_memory(exc):
                     raise
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             else:
@@ -505,31 +506,24 @@ def run_synthetic_steps(plan: Plan, model: torch.nn.Module, *, image_size: int, 
     step_time_s (seconds per loader batch: forward + backward, optimizer step at each window's end) and
     peak_memory_bytes (CUDA: peak allocated by tensors; CPU: the process's peak resident set).
     """
+    from fasttrain.datasets import SyntheticBatches
+
     optim = optim or OptimSpec()
     trainer = Trainer(plan, optim, model, steps_per_epoch=warmup_steps + steps,
                       collaborators=Collaborators(warn=warn or (lambda text: None)))
-    device, engine = trainer.device, trainer.engine
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    images = torch.randn(plan.batch_size, in_chans, image_size, image_size, generator=gen)
-    targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)
-    images, targets = engine.to_device(images, targets)
-    engine.module.train()
-    total = warmup_steps + steps
-
-    def one(i: int) -> None:
-        window, closes = window_length(i, total, trainer.accumulation)
-        engine.forward_backward(images, targets, window)
-        if closes:
-            engine.optimizer_step()
-
-    for i in range(warmup_steps):
-        one(i)
+    trainer.oom_backoff = False
+    device = trainer.device
+    # The very loop `train --data synthetic` runs (train_epoch over SyntheticBatches, with its non-finite guard
+    # and bookkeeping), so --measure differs from a real run only by what a run adds around the steps.
+    data = SyntheticBatches(plan.batch_size, image_size, num_classes, device, warmup_steps + steps,
+                            channels=in_chans)
+    if warmup_steps:
+        trainer.train_epoch(data, 0, batches=warmup_steps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     started = time.perf_counter()
-    for i in range(warmup_steps, total):
-        one(i)
+    trainer.train_epoch(data, 0, batches=steps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = max(time.perf_counter() - started, 1e-9)
