@@ -140,7 +140,10 @@ def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
                              cwd=work, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
-        while not list(run.glob(".last.pt.*.tmp")) and child.poll() is None and time.monotonic() < deadline:
+        def replacing() -> bool:  # last.pt first: a temporary file seen after it exists is the slowed second save
+            return (run / "last.pt").exists() and bool(list(run.glob(".last.pt.*.tmp")))
+
+        while not replacing() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
         assert list(run.glob(".last.pt.*.tmp")), "the second save of last.pt never started"
