@@ -6,10 +6,9 @@ Usage: .venv/bin/python benchmarks/cli_startup.py [--runs 5]
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
-from wall_timing import FASTTRAIN, SCALE, SCALE_CMD, interleaved, report
+from wall_timing import FASTTRAIN, SCALE, SCALE_CMD, main
 
 COMMANDS = {
     "fasttrain --help": [FASTTRAIN, "--help"],
@@ -21,12 +20,5 @@ GATED = ("fasttrain --help", "fasttrain profiles list")
 TARGET_S = 0.5
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    return report(interleaved(COMMANDS, args.runs), GATED, TARGET_S)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(COMMANDS, GATED, TARGET_S, __doc__))

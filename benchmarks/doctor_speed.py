@@ -10,10 +10,9 @@ Usage: .venv/bin/python benchmarks/doctor_speed.py [--runs 5]
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
-from wall_timing import FASTTRAIN, SCALE, SCALE_CMD, interleaved, report
+from wall_timing import FASTTRAIN, SCALE, SCALE_CMD, main
 
 PY = sys.executable
 COMMANDS = {
@@ -27,12 +26,5 @@ GATED = ("fasttrain doctor", "fasttrain doctor --json")
 TARGET_S = 3.0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    return report(interleaved(COMMANDS, args.runs), GATED, TARGET_S)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(COMMANDS, GATED, TARGET_S, __doc__))

@@ -45,3 +45,12 @@ def report(times: dict[str, list[float]], gated: tuple[str, ...], target_s: floa
         ratio = f" {med / base:15.2f}" if base else ""
         print(f"{name:40} {med:9.3f} {min(ts):7.3f} {max(ts):7.3f}{ratio}  {verdict}")
     return 1 if failed else 0
+
+
+def main(commands: dict[str, list[str]], gated: tuple[str, ...], target_s: float, doc: str) -> int:
+    """The command line every startup benchmark shares: `--runs N`, then the interleaved table."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    return report(interleaved(commands, args.runs), gated, target_s)

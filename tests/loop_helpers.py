@@ -47,3 +47,24 @@ def write_image_folder(root: Path, classes: int = 3, train_per_class: int = 8, v
                 pixels = np.clip(np.array(colours[c]) + rng.normal(0, 20, (size, size, 3)), 0, 255).astype("uint8")
                 Image.fromarray(pixels).save(folder / f"{i}.png")
     return root
+
+
+# The profile the command-level loop tests train with: 16 px, batch 4, no worker processes, 2 epochs.
+TINY_PROFILE = """\
+extends: cpu
+loader:
+  batch_size: 4
+  num_workers: 0
+  prefetch_factor: null
+  persistent_workers: false
+  image_size: 16
+optim:
+  epochs: 2
+  warmup_epochs: 0
+"""
+# The same, with nothing left to chance: fp32 and eager, for tests that compare weights bit for bit.
+DETERMINISTIC_PROFILE = TINY_PROFILE + """\
+speed:
+  precision: fp32
+  compile: false
+"""

@@ -7,21 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_subprocess
-from loop_helpers import write_image_folder
+from loop_helpers import TINY_PROFILE, write_image_folder
 
-# A small profile for tests: 16 px, batch 4, no worker processes, 2 epochs.
-PROFILE = """\
-extends: cpu
-loader:
-  batch_size: 4
-  num_workers: 0
-  prefetch_factor: null
-  persistent_workers: false
-  image_size: 16
-optim:
-  epochs: 2
-  warmup_epochs: 0
-"""
+PROFILE = TINY_PROFILE
 
 
 @pytest.fixture

@@ -23,24 +23,10 @@ import torch
 
 from conftest import REPO, run_subprocess
 from fasttrain import checkpoint as ck
-from loop_helpers import write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 # 24 train images / batch 4 = 6 steps per epoch, 2 epochs; no randomness left to chance.
-PROFILE = """\
-extends: cpu
-loader:
-  batch_size: 4
-  num_workers: 0
-  prefetch_factor: null
-  persistent_workers: false
-  image_size: 16
-speed:
-  precision: fp32
-  compile: false
-optim:
-  epochs: 2
-  warmup_epochs: 0
-"""
+PROFILE = DETERMINISTIC_PROFILE
 ENV = {"OMP_NUM_THREADS": "1"}
 BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--save-every", "1")
 
