@@ -420,6 +420,21 @@ def auto_batch(plan: Any, model_name: str, image_size: int, **kwargs: Any) -> Au
                              (plan.batch_size, max(1, plan.accumulation_steps))))
 
 
+def batch_size_flags(value: str, profile: Any, report: Any, model_name: str,
+                     num_classes: int) -> tuple[dict[str, tuple[str, int]], str | None]:
+    """`--batch-size N|auto` for train and estimate -> (flags= for presets.resolve, a note for the plan or None).
+    N sets the per-device batch; auto runs the search on this machine (cached) and keeps the profile's effective
+    batch through accumulation."""
+    n = check_batch_option(value)
+    if n is not None:
+        return {"loader.batch_size": ("--batch-size", n)}, None
+    from fasttrain.plan import make_plan
+    batch, accumulation, message = resolve_auto_batch(
+        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
+        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
+    return auto_flags(batch, accumulation), message
+
+
 def auto_flags(batch: int, accumulation: int) -> dict[str, tuple[str, int]]:
     """The `flags=` for presets.resolve that apply an auto batch with its provenance ("flag --batch-size auto"),
     so the profile re-validates and make_plan recomputes effective batch, scaled LR and loader RAM."""

@@ -153,19 +153,11 @@ def prepare(args: TrainArgs) -> Prepared:
 
 def _apply_batch_size(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
                       num_classes: int) -> tuple[Resolved, str | None]:
-    """--batch-size N sets the per-device batch (a flag, so it wins over --set); auto runs the batch search on
-    this machine and keeps the profile's effective batch through accumulation. -> (re-resolved profile, note)."""
+    """--batch-size N|auto (a flag, so it wins over --set) -> (re-resolved profile, note for the plan)."""
     from fasttrain import batch_search
-    n = batch_search.check_batch_option(args.batch_size or "")
-    if n is not None:
-        flags = {**flag_overrides(args), "loader.batch_size": ("--batch-size", n)}
-        return presets.resolve(ref, sets=args.sets, flags=flags), None
-    profile = resolved.profile
-    batch, accumulation, message = batch_search.resolve_auto_batch(
-        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
-        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
-    flags = {**flag_overrides(args), **batch_search.auto_flags(batch, accumulation)}
-    return presets.resolve(ref, sets=args.sets, flags=flags), message
+    batch_flags, note = batch_search.batch_size_flags(args.batch_size or "", resolved.profile, report, model_name,
+                                                      num_classes)
+    return presets.resolve(ref, sets=args.sets, flags={**flag_overrides(args), **batch_flags}), note
 
 
 def _default_model(spec: str, kind: str) -> str:

@@ -57,7 +57,7 @@ def estimate_cmd(
                     dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
                     epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None)
     resolved = g.resolve_profile(ref, req)
-    auto_note = _apply_batch_option(batch_size, measure, resolved.profile, req, ref, local) if batch_size else None
+    auto_note = _apply_batch_option(batch_size, measure, resolved.profile, req, local) if batch_size else None
     if req.batch_flags:
         resolved = g.resolve_profile(ref, req)
     prof = resolved.profile
@@ -94,24 +94,14 @@ def estimate_cmd(
         r.render_compare(rows, what or "presets", out)
 
 
-def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, ref: str, local: Any) -> str | None:
-    """--batch-size N sets the per-device batch; auto searches this machine (so it needs --measure) and keeps
-    the profile's effective batch through accumulation. -> a note for the plan, or None."""
+def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, local: Any) -> str | None:
+    """--batch-size N|auto into req.batch_flags; auto searches this machine, so it needs --measure. -> plan note."""
     from fasttrain import batch_search
-    n = batch_search.check_batch_option(value)
-    if n is not None:
-        req.batch_flags = {"loader.batch_size": ("--batch-size", n)}
-        return None
-    if not measure:
+    if batch_search.check_batch_option(value) is None and not measure:
         raise UserError([Problem("--batch-size", "auto finds the largest batch by running steps on this machine",
                                  "add --measure, or give a number", value)])
-    from fasttrain.plan import make_plan
-    plan = make_plan(prof, local)
-    batch, accumulation, message = batch_search.resolve_auto_batch(
-        plan, req.model, prof.loader.image_size, num_classes=req.num_classes, optim=prof.optim,
-        activation_checkpointing=prof.speed.activation_checkpointing)
-    req.batch_flags = batch_search.auto_flags(batch, accumulation)
-    return message
+    req.batch_flags, note = batch_search.batch_size_flags(value, prof, local, req.model, req.num_classes)
+    return note
 
 
 def _default_profile(local: Any) -> str:
