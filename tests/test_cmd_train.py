@@ -52,7 +52,7 @@ def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001
     (["--set", "nonsense"], "expected KEY=VALUE"),
     (["--epochs", "0"], "--epochs: must be at least 1"),
     (["--profile", "cpuu"], "cpu"),
-    (["--set", "world.gpus_per_node=2"], "train runs one process on one device"),
+    (["--set", "world.gpus_per_node=2"], "the profile asks for 2 processes"),
 ])
 def test_bad_inputs_exit_2_with_a_reason(cli, setup, tmp_path: Path, args: list[str], expected: str) -> None:  # noqa: ANN001
     data, profile = setup

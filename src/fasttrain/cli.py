@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from fasttrain import launch
 from fasttrain.errors import JobFailed, UserError
 
 app = typer.Typer(
@@ -67,6 +68,7 @@ def _debugging(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: turns our exceptions into exit codes and one-line reasons."""
     argv = sys.argv[1:] if argv is None else argv
+    launch.remember_argv(argv)  # `train --nproc-per-node` starts its workers with the same arguments
     usage_errors, exits, aborts = _click_exceptions()
     try:
         result = app(args=argv, prog_name="fasttrain", standalone_mode=False)

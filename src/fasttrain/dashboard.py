@@ -317,8 +317,10 @@ class Dashboard:
 
     def _header(self) -> str:
         p = self.plan
+        world = f" x {p.world_size} processes = {p.effective_batch} (DDP)" if p.world_size > 1 else ""
+        per = " per process" if p.world_size > 1 else ""
         return (f"profile {p.profile_name} | device {p.device} ({p.device_reason}) | {p.precision} | "
-                f"batch {p.batch_size} x {p.accumulation_steps} accumulation | workers {p.workers}")
+                f"batch {p.batch_size} x {p.accumulation_steps} accumulation{world} | workers {p.workers}{per}")
 
     # -- live ------------------------------------------------------------------------------------
     def _stop_live(self) -> None:

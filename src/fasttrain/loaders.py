@@ -104,7 +104,7 @@ def build_loaders(bundle: DataBundle, plan: Plan, *, seed: int, epoch_sampler: E
     if epoch_sampler is None:
         epoch_sampler = EpochSampler(len(bundle.train), seed=seed, shuffle=True, drop_last=plan.drop_last)
     val_sampler = EpochSampler(len(bundle.val), seed=seed, shuffle=False, rank=epoch_sampler.rank,
-                               world=epoch_sampler.world, drop_last=False)
+                               world=epoch_sampler.world, drop_last=False, pad=False)
     images = bundle.kind == "images"
     workers = plan.workers
     common: dict[str, Any] = {

@@ -111,15 +111,19 @@ class CompileGuard:
         self.warn(f"torch.compile (mode {self.mode}) failed, training eager instead: {self.fallback_reason}")
 
 
-def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool,
-                  warn: Callable[[str], None]) -> tuple[nn.Module, Callable[..., Any], list[str]]:
-    """-> (eager module holding the weights, the callable to run it with, notes)."""
+def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool, warn: Callable[[str], None],
+                  wrap: Callable[[nn.Module], nn.Module] | None = None,
+                  ) -> tuple[nn.Module, Callable[..., Any], list[str]]:
+    """-> (eager module holding the weights, the callable to run it with, notes).
+    `wrap` (DistributedDataParallel, distributed.DistContext.wrap) goes around the model once it is on its
+    device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give."""
     notes = configure_backends(plan)
     if activation_checkpointing:
         notes.append("activation checkpointing: " + enable_activation_checkpointing(model))
     model = model.to(plan.device)
     if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    top = wrap(model) if wrap is not None else model
     if plan.compile:
-        return model, CompileGuard(model, plan.compile_mode, warn), notes
-    return model, model, notes
+        return model, CompileGuard(top, plan.compile_mode, warn), notes
+    return model, top, notes

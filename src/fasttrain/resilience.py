@@ -8,7 +8,8 @@
 - Test hooks (env, read once): FASTTRAIN_TEST_SIGNAL_AT_STEP=N sends this process a real signal
   (FASTTRAIN_TEST_SIGNALS, default TERM; e.g. "INT,INT" for a double Ctrl-C) right after optimizer step N,
   so tests decide where a signal lands without racing a clock; FASTTRAIN_TEST_SIGNAL_GROUP=1 sends it to the
-  whole process group (workers included), as a terminal's Ctrl-C or a group-wide kill does.
+  whole process group (workers included), as a terminal's Ctrl-C or a group-wide kill does;
+  FASTTRAIN_TEST_SIGNAL_RANK=R fires only in the torchrun worker of global rank R (the others must follow it).
 Imported by the trainer only (torch at the top is fine there).
 """
 from __future__ import annotations
@@ -110,7 +111,8 @@ class SignalHook:
     @classmethod
     def from_env(cls) -> "SignalHook":
         at = os.environ.get("FASTTRAIN_TEST_SIGNAL_AT_STEP")
-        if not at:
+        only_rank = os.environ.get("FASTTRAIN_TEST_SIGNAL_RANK")
+        if not at or (only_rank is not None and only_rank != os.environ.get("RANK", "0")):
             return cls()
         names = os.environ.get("FASTTRAIN_TEST_SIGNALS", "TERM").split(",")
         return cls(int(at), [getattr(signal, "SIG" + n.strip().upper()) for n in names if n.strip()],

@@ -58,11 +58,15 @@ def apply_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) 
 def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int) -> None:
     """The batch decides where inside an epoch the run stands; a finished run has nothing left to do."""
     saved = payload.get("plan") or {}
-    for key, flag in (("batch_size", "loader.batch_size"), ("accumulation_steps", "optim.accumulation_steps")):
+    checks = (("batch_size", "loader.batch_size", "resume without changing loader.batch_size"),
+              ("accumulation_steps", "optim.accumulation_steps", "resume without changing optim.accumulation_steps"),
+              ("world_size", "world size", "start it with the same --nproc-per-node and --nnodes as the run that "
+               "wrote it"))
+    for key, label, fix in checks:
         if key in saved and saved[key] != getattr(plan, key):
-            raise UserError([Problem(str(path), f"was written with {flag}={saved[key]}, this run would use "
+            raise UserError([Problem(str(path), f"was written with {label} {saved[key]}, this run would use "
                                      f"{getattr(plan, key)}: the position inside the epoch and the LR schedule "
-                                     "would not match", f"resume without changing {flag}", getattr(plan, key))])
+                                     "would not match", fix, getattr(plan, key))])
     epoch, batch = int(payload.get("epoch", 0)), int(payload.get("batch_in_epoch", 0))
     if epoch >= epochs and batch == 0:
         raise UserError([Problem(str(path), f"the run already finished epoch {epoch} of {epochs}",

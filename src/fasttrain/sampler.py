@@ -1,7 +1,8 @@
 """EpochSampler: the data order as a pure function of (seed, epoch), shardable and resumable mid-epoch.
 
 Like torch's DistributedSampler (each rank takes every world-th index of one shared permutation, padded
-or trimmed to equal length), plus `set_start` so a resumed run continues at the next batch of the same
+or trimmed to equal length; `pad=False` for validation, where each sample must count exactly once and the
+shards may differ by one), plus `set_start` so a resumed run continues at the next batch of the same
 order, and a state dict that a checkpoint stores.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 class EpochSampler:
     def __init__(self, dataset_size: int, seed: int = 0, shuffle: bool = True, rank: int = 0, world: int = 1,
-                 drop_last: bool = False):
+                 drop_last: bool = False, pad: bool = True):
         if dataset_size <= 0:
             raise ValueError(f"dataset_size must be positive, got {dataset_size}")
         if world <= 0 or not 0 <= rank < world:
@@ -24,6 +25,7 @@ class EpochSampler:
         self.rank = rank
         self.world = world
         self.drop_last = drop_last
+        self.pad = pad
         self.epoch = 0
         self.start = 0
         self._saved_order: tuple[int, list[int]] | None = None  # (epoch, order) restored from a checkpoint
@@ -31,6 +33,8 @@ class EpochSampler:
     @property
     def num_samples(self) -> int:
         """Indices this rank sees in a whole epoch (all ranks see the same number)."""
+        if not self.pad:
+            return len(range(self.rank, self.dataset_size, self.world))
         if self.drop_last:
             return self.dataset_size // self.world
         return math.ceil(self.dataset_size / self.world)
@@ -64,6 +68,8 @@ class EpochSampler:
     def rank_indices(self, epoch: int | None = None) -> list[int]:
         """This rank's indices for a whole epoch, ignoring the start position."""
         indices = self.order(epoch)
+        if not self.pad:
+            return indices[self.rank::self.world]
         total = self.num_samples * self.world
         if len(indices) < total:  # pad by repeating from the front, as DistributedSampler does
             repeats = math.ceil(total / len(indices))

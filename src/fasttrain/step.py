@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -33,7 +34,9 @@ class StepEngine:
                  non_blocking: bool, clip_grad_norm: float | None, label_smoothing: float = 0.0,
                  mixup: Callable[..., Any] | None = None):
         self.module = module            # eager module: owns the weights, state_dict, train()/eval()
-        self.runner = runner            # what to call: the module itself or a CompileGuard around it
+        self.runner = runner            # what to call: the module (or its DDP wrapper), or a CompileGuard around it
+        # The outermost module: train()/eval() go through it (a DDP wrapper passes them on) and no_sync() is its.
+        self.top: torch.nn.Module = runner.eager if isinstance(runner, CompileGuard) else runner  # type: ignore[assignment]
         self.optimizer = optimizer
         self.precision = precision
         self.schedule = schedule
@@ -68,20 +71,26 @@ class StepEngine:
         smoothing = 0.0 if targets.dtype.is_floating_point else self.label_smoothing
         return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
 
-    def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int) -> torch.Tensor:
+    def train_mode(self, training: bool) -> None:
+        self.top.train(training)
+
+    def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int,
+                         sync: bool = True) -> torch.Tensor:
         """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
         gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
-        With self.splits > 1 the batch runs as micro-batches (same order) and the loss is their weighted mean."""
+        With self.splits > 1 the batch runs as micro-batches (same order) and the loss is their weighted mean.
+        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet."""
         if self.mixup is not None and targets.dim() == 1:
             images, targets = self.mixup(images, targets)
         n = int(targets.shape[0])
         if self.splits <= 1 or n <= 1:
-            return self._guarded(images, targets, window)
+            return self._guarded(images, targets, window, sync)
         size = math.ceil(n / self.splits)
+        parts = list(zip(images.split(size), targets.split(size)))
         total = torch.zeros((), device=targets.device)
-        for part_x, part_y in zip(images.split(size), targets.split(size)):
+        for k, (part_x, part_y) in enumerate(parts):
             share = int(part_y.shape[0]) / n
-            total += self._guarded(part_x, part_y, window / share) * share
+            total += self._guarded(part_x, part_y, window / share, sync and k == len(parts) - 1) * share
         return total
 
     def micro_batch(self, batch: int) -> int:
@@ -103,30 +112,34 @@ class StepEngine:
             elif old is not None:
                 p.grad.add_(old)
 
-    def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float) -> torch.Tensor:
+    def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float, sync: bool = True) -> torch.Tensor:
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
-            loss = self._forward_backward(images, targets, window)
+            loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
             if guard is None or not guard.active or self.module.training in guard._verified or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self._forward_backward(images, targets, window)
+            loss = self._forward_backward(images, targets, window, sync)
         if guard is not None:
             guard.verified()
         return loss
 
-    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int) -> torch.Tensor:
-        with self.precision.autocast():
-            logits = self.runner(images)
-        loss = self.loss(logits, targets)
-        scaled = loss / window
-        scaler = self.scaler
-        if scaler is not None:
-            scaler.scale(scaled).backward()
-        else:
-            scaled.backward()
+    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
+                          sync: bool = True) -> torch.Tensor:
+        # DDP reads no_sync() in its forward, so the context spans forward and backward.
+        local = self.top.no_sync() if not sync and hasattr(self.top, "no_sync") else nullcontext()
+        with local:
+            with self.precision.autocast():
+                logits = self.runner(images)
+            loss = self.loss(logits, targets)
+            scaled = loss / window
+            scaler = self.scaler
+            if scaler is not None:
+                scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
         return loss.detach()
 
     def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:

@@ -4,6 +4,9 @@ gather: resolve the profile (flags > --set > env > file), probe the machine, ope
 compute: make_plan() (pure, plan.py). run: the Trainer with telemetry, dashboard and run log.
 --resume: the checkpoint's own arguments (model, data, profile, seed, ...) fill every flag not given again,
 so `fasttrain train --resume runs/NAME` alone continues the same run (resume.py finds the checkpoint).
+Data-parallel (issue 8): the process given --nproc-per-node checks everything here, then launch.py starts the
+workers through torch.distributed.run; a worker (torchrun's environment) takes its world size from it, joins
+the process group (distributed.py) and trains its shard; only rank 0 draws, logs and writes checkpoints.
 Imported lazily by commands/train.py, so torch is imported only when a training actually starts.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from fasttrain import presets
 from fasttrain.errors import Problem, UserError
+from fasttrain.launch import LaunchSpec, WorkerWorld, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.presets import Resolved
 from fasttrain.report import HardwareReport
@@ -48,6 +52,7 @@ class TrainArgs:
     on_nan: str = "stop"                 # "stop" | "skip"
     save_every_minutes: float | None = None
     batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
+    launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 
@@ -68,6 +73,11 @@ class Prepared:
     profile_reason: str
     resume_path: Path | None = None
     resume_payload: dict[str, Any] | None = None
+    world: WorkerWorld | None = None     # set in a torchrun worker
+
+    @property
+    def is_main(self) -> bool:
+        return self.world is None or self.world.is_main
 
 
 def probe() -> HardwareReport:
@@ -83,8 +93,14 @@ def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
     return name, "fits this machine (fasttrain.recommend.best_preset)"
 
 
-def flag_overrides(args: TrainArgs) -> dict[str, tuple[str, Any]]:
+def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:
     flags: dict[str, tuple[str, Any]] = {}
+    if world is not None:  # a torchrun worker: the job's shape is what the agent started
+        flags["world.nodes"] = ("torchrun", world.nodes)
+        flags["world.gpus_per_node"] = ("torchrun", world.local_world_size)
+    elif args.launch is not None:
+        flags["world.nodes"] = ("--nnodes", args.launch.nnodes)
+        flags["world.gpus_per_node"] = ("--nproc-per-node", args.launch.nproc_per_node)
     if args.epochs is not None:
         flags["optim.epochs"] = ("--epochs", args.epochs)
     if args.image_size is not None:
@@ -119,9 +135,14 @@ def prepare(args: TrainArgs) -> Prepared:
     from fasttrain.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
+    world = worker_world()
+    if args.launch is not None:
+        _check_launch(args.launch, world)
+        if world is not None:  # `torchrun ... -m fasttrain train --nproc-per-node N`: torchrun already launched
+            args.launch = None
     report = probe()
     ref, reason = choose_profile(args, report)
-    resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args))
+    resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
     profile = resolved.profile
     from fasttrain.datasets import build_datasets
     bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
@@ -132,15 +153,12 @@ def prepare(args: TrainArgs) -> Prepared:
     model_name = args.model or _default_model(args.data, bundle.kind)
     auto_note = None
     if args.batch_size is not None:
-        resolved, auto_note = _apply_batch_size(args, ref, resolved, report, model_name, bundle.num_classes)
+        resolved, auto_note = _apply_batch_size(args, ref, resolved, report, model_name, bundle.num_classes, world)
         profile = resolved.profile
     plan = make_plan(profile, report, dataset_size=bundle.train_size)
     if auto_note:
         plan.notes.append(auto_note)
-    if plan.world_size > 1:  # the effective batch and LR would assume devices that are not training
-        raise UserError([Problem("world", f"train runs one process on one device, but the profile asks for "
-                                 f"{plan.world_size} ({profile.world.nodes} nodes x {profile.world.gpus_per_node})",
-                                 "set --set world.nodes=1 --set world.gpus_per_node=1", plan.world_size)])
+    _check_world(plan, profile, report, launched=world is not None or args.launch is not None)
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
@@ -148,16 +166,45 @@ def prepare(args: TrainArgs) -> Prepared:
     if payload is not None:
         from fasttrain.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
-    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload)
+    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+
+
+def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
+    from fasttrain.launch import check_spec
+    check_spec(spec)
+    if world is not None and (spec.nproc_per_node, spec.nnodes) != (world.local_world_size, world.nodes):
+        raise UserError([Problem("--nproc-per-node", f"this process is a torchrun worker of a job of {world.nodes} "
+                                 f"node(s) x {world.local_world_size} processes, not {spec.nnodes} x "
+                                 f"{spec.nproc_per_node}", "drop the launch flags under torchrun",
+                                 spec.nproc_per_node)])
+
+
+def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: bool) -> None:
+    """A world the machine cannot serve stops here, before any process starts."""
+    per_node = profile.world.gpus_per_node
+    if plan.world_size > 1 and not launched:  # the effective batch and LR would assume devices that are not training
+        nodes = f" --nnodes {profile.world.nodes} --node-rank R --rdzv-endpoint HOST:PORT" \
+            if profile.world.nodes > 1 else ""
+        raise UserError([Problem("world", f"the profile asks for {plan.world_size} processes ({profile.world.nodes} "
+                                 f"node(s) x {per_node}), started by one command per machine",
+                                 f"add --nproc-per-node {per_node}{nodes} (or run under torchrun), or set "
+                                 "--set world.nodes=1 --set world.gpus_per_node=1", plan.world_size)])
+    if plan.device == "cuda" and per_node > report.torch.device_count:
+        raise UserError([Problem("--nproc-per-node", f"{per_node} processes per node, but torch sees "
+                                 f"{report.torch.device_count} GPU(s) here: DDP runs one process per GPU",
+                                 f"use --nproc-per-node {report.torch.device_count} or fewer", per_node)])
+    if plan.device == "cpu" and per_node > report.cores:
+        raise UserError([Problem("--nproc-per-node", f"{per_node} CPU processes on {report.cores} cores: each would "
+                                 "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
 
 
 def _apply_batch_size(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
-                      num_classes: int) -> tuple[Resolved, str | None]:
+                      num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str | None]:
     """--batch-size N|auto (a flag, so it wins over --set) -> (re-resolved profile, note for the plan)."""
     from fasttrain import batch_search
     batch_flags, note = batch_search.batch_size_flags(args.batch_size or "", resolved.profile, report, model_name,
                                                       num_classes)
-    return presets.resolve(ref, sets=args.sets, flags={**flag_overrides(args), **batch_flags}), note
+    return presets.resolve(ref, sets=args.sets, flags={**flag_overrides(args, world), **batch_flags}), note
 
 
 def _default_model(spec: str, kind: str) -> str:
@@ -211,7 +258,15 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
 
 
 def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
-    """Train; returns the summary (also written to summary.json)."""
+    """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first."""
+    from fasttrain import distributed
+    with distributed.joined(prep.world, prep.plan.device) as dist:
+        return _execute(prep, stream, dist)
+
+
+def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
+    import io
+
     import torch
 
     from fasttrain.checkpoint import CheckpointPolicy
@@ -225,18 +280,23 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     from fasttrain.trainer import Collaborators, Interrupted, Trainer
 
     args, plan, bundle, profile = prep.args, prep.plan, prep.bundle, prep.resolved.profile
-    stream = stream if stream is not None else (sys.stderr if args.json else sys.stdout)
-    seed_everything(args.seed)
+    main = prep.is_main
+    rank, world = (dist.rank, dist.size) if dist is not None else (0, 1)
+    # Ranks other than 0 draw nothing and write nothing: their dashboard talks to a sink.
+    stream = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
+    seed_everything(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = create_model(prep.model_name, bundle.num_classes, pretrained=args.pretrained)
     epochs = profile.optim.epochs
+    device = dist.device if dist is not None else plan.device
     epoch_sampler, train_loader, val_loader = None, None, None
     if bundle.kind == "synthetic":
-        train_loader = SyntheticBatches(plan.batch_size, plan.image_size, bundle.num_classes, plan.device,
-                                        steps=plan.iterations_per_epoch or 1, seed=args.seed)
+        train_loader = SyntheticBatches(plan.batch_size, plan.image_size, bundle.num_classes, device,
+                                        steps=plan.iterations_per_epoch or 1, seed=args.seed + rank)
     else:
         from fasttrain.loaders import build_loaders
         from fasttrain.sampler import EpochSampler
-        epoch_sampler = EpochSampler(bundle.train_size, seed=args.seed, shuffle=True, drop_last=plan.drop_last)
+        epoch_sampler = EpochSampler(bundle.train_size, seed=args.seed, shuffle=True, rank=rank, world=world,
+                                     drop_last=plan.drop_last)
         train_loader, val_loader = build_loaders(bundle, plan, seed=args.seed, epoch_sampler=epoch_sampler)
         for loader in (train_loader, val_loader):
             quiet_workers(loader)  # workers get Ctrl-C too (one process group): the main process stops them
@@ -244,7 +304,9 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     if prep.resume_payload is not None and epoch_sampler is not None:
         restore_sampler(epoch_sampler, prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
     run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"),
-                          resume=prep.resume_payload is not None)
+                          resume=prep.resume_payload is not None) if main else None
+    if dist is not None:
+        run_dir = dist.broadcast(run_dir)
     saved_args = _args_to_save(args)
 
     def extra_state(consumed_batches: int) -> dict[str, Any]:
@@ -252,11 +314,12 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
         if epoch_sampler is not None:
             state["sampler"] = epoch_sampler.state_dict(consumed=consumed_batches * plan.batch_size)
         return state
-    runlog = RunLog(run_dir)
-    runlog.write_profile(profile.model_dump(mode="json"),
-                         header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
-    mode = "quiet" if args.quiet else ("plain" if args.json else choose_mode(False, stream))
-    telemetry = Telemetry(plan.device)
+    runlog = RunLog(run_dir) if main else None
+    if runlog is not None:
+        runlog.write_profile(profile.model_dump(mode="json"),
+                             header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
+    mode = "quiet" if args.quiet or not main else ("plain" if args.json else choose_mode(False, stream))
+    telemetry = Telemetry(plan.device) if main else None
     from fasttrain.transforms import make_mixup
     mixup = make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None
     warnings: list[str] = []
@@ -272,10 +335,11 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
                           activation_checkpointing=profile.speed.activation_checkpointing, mixup=mixup,
                           profile=profile,
                           collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog,
-                                                      checkpoints=CheckpointPolicy(run_dir, args.save_every),
+                                                      checkpoints=CheckpointPolicy(run_dir, args.save_every)
+                                                      if main else None,
                                                       warn=warnings.append, bad_files=bundle.bad_files),
                           extra_state=extra_state, on_nan=args.on_nan, stop=stop,
-                          save_every_s=args.save_every_minutes * 60 if args.save_every_minutes else None)
+                          save_every_s=args.save_every_minutes * 60 if args.save_every_minutes else None, dist=dist)
         if prep.resume_payload is not None:
             trainer.load_state(prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
             p = prep.resume_payload
@@ -290,14 +354,17 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
             interrupted = exc.with_traceback(None)  # no frame cycle keeping the loaders' workers alive
             result = trainer._result
         except KeyboardInterrupt:  # a second Ctrl-C: stop at once (exit 130), say what is left
-            runlog.close()
-            good = f"the last good checkpoint is {trainer.last_good}; resume with: {resume_command(run_dir)}" \
+            if runlog is not None:
+                runlog.close()
+            command = resume_command(run_dir, plan, profile.world.nodes)
+            good = f"the last good checkpoint is {trainer.last_good}; resume with: {command}" \
                 if trainer.last_good else "no checkpoint was written yet"
             print(f"fasttrain: interrupted: stopped at once, the step in flight is lost; {good}",
                   file=sys.stderr, flush=True)
             raise
         except BaseException:
-            runlog.close()
+            if runlog is not None:
+                runlog.close()
             raise
         finally:
             for loader in (train_loader, val_loader):
@@ -307,11 +374,12 @@ def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
         summary.update(_faults(trainer, prep, bundle))
         summary["forecast"] = forecast
         if interrupted is not None:
-            summary.update(_interrupted(interrupted, run_dir, trainer))
-        runlog.write_summary(summary)
-        runlog.close()
+            summary.update(_interrupted(interrupted, resume_command(run_dir, plan, profile.world.nodes), trainer))
+        if runlog is not None:
+            runlog.write_summary(summary)
+            runlog.close()
         dash.close(_short(summary))
-    if interrupted is not None:
+    if interrupted is not None and main:
         print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary
 
@@ -328,13 +396,18 @@ def _args_to_save(args: TrainArgs) -> dict[str, Any]:
     return saved
 
 
-def resume_command(run_dir: Path) -> str:
-    return f"fasttrain train --resume {shlex.quote(str(run_dir))}"
+def resume_command(run_dir: Path, plan: Plan | None = None, nodes: int = 1) -> str:
+    """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
+    command = f"fasttrain train --resume {shlex.quote(str(run_dir))}"
+    if plan is not None and plan.world_size > 1:
+        command += f" --nproc-per-node {plan.world_size // max(1, nodes)}"
+        if nodes > 1:
+            command += f" --nnodes {nodes} --node-rank R --rdzv-endpoint HOST:PORT"
+    return command
 
 
-def _interrupted(exc: Any, run_dir: Path, trainer: Any) -> dict[str, Any]:
+def _interrupted(exc: Any, command: str, trainer: Any) -> dict[str, Any]:
     """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it."""
-    command = resume_command(run_dir)
     if exc.checkpoint is not None:
         saved = f"checkpoint {exc.checkpoint} written"
     else:
@@ -386,7 +459,7 @@ def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: 
     train_s = sum(r.get("train_s", 0.0) for r in result.history)
     return {
         "run_dir": str(run_dir), "profile": prep.profile_ref, "model": prep.model_name, "data": prep.args.data,
-        "device": prep.plan.device, "precision": prep.plan.precision,
+        "device": prep.plan.device, "precision": prep.plan.precision, "world_size": prep.plan.world_size,
         "epochs_run": result.epochs_run, "stopped_early": result.stopped_early,
         "final_val_acc1": last.get("val_acc1"), "final_val_acc5": last.get("val_acc5"),
         "final_val_loss": last.get("val_loss"), "final_train_loss": last.get("train_loss"),

@@ -12,6 +12,12 @@ mid-epoch checkpoint is written every `save_every_s` seconds. Non-finite steps a
 `on_nan="stop"` stops after MAX_NONFINITE_STREAK in a row. An out-of-memory step is retried on the same data
 as micro-batches of half the size (twice the accumulation), keeping the effective batch and the LR.
 `load_state()` continues a run at the batch after the one its checkpoint was written at.
+
+Data-parallel (issue 8, `dist`: a distributed.DistContext): the model runs inside DDP; micro-steps that do not
+close an accumulation window skip the gradient all-reduce (no_sync); a stop request or a due periodic save is
+agreed through distributed.StopVote so every rank saves and stops after the same step; epoch and validation
+metrics are summed over ranks; checkpoints hold every rank's RNG state and only rank 0 writes them (its
+collaborators are the only ones set). The out-of-memory back-off is off (one rank cannot change the batch alone).
 """
 from __future__ import annotations
 
@@ -83,7 +89,8 @@ class Trainer:
                  activation_checkpointing: bool = False, mixup: Callable[..., Any] | None = None,
                  collaborators: Collaborators | None = None, profile: Profile | None = None,
                  log_interval_s: float = 1.0, extra_state: Callable[[int], dict[str, Any]] | None = None,
-                 on_nan: str = "stop", stop: GracefulStop | None = None, save_every_s: float | None = None):
+                 on_nan: str = "stop", stop: GracefulStop | None = None, save_every_s: float | None = None,
+                 dist: Any = None):
         self.plan = plan
         self.optim = optim
         self.profile = profile
@@ -96,8 +103,10 @@ class Trainer:
         self.save_every_s = save_every_s
         self._warned: set[str] = set()
         self.notes: list[str] = []
+        self.dist = dist
+        self.world = dist.size if dist is not None else 1
         module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
-                                                   warn=self._warn)
+                                              warn=self._warn, wrap=dist.wrap if dist is not None else None)
         self.notes.extend(notes)
         optimizer = build_optimizer(module, optim, plan.scaled_lr, fused=plan.fused_optimizer)
         accumulation = max(1, plan.accumulation_steps)
@@ -116,7 +125,8 @@ class Trainer:
         self.nonfinite = NonFiniteGuard(self.device)
         self.nonfinite_total = 0
         self.oom_events: list[dict[str, Any]] = []
-        self.oom_backoff = True  # run_synthetic_steps turns it off: the batch search must see the OOM itself
+        # run_synthetic_steps turns it off (the batch search must see the OOM itself), and so does DDP.
+        self.oom_backoff = dist is None
         self.checkpoint_errors: list[str] = []
         self.last_good: Path | None = None   # newest checkpoint known to be complete
         self._resume: dict[str, Any] | None = None
@@ -126,6 +136,11 @@ class Trainer:
         self._bad_seen = 0
         self._last_save = time.monotonic()
         self._signals = SignalHook.from_env()
+        self.vote = None
+        if dist is not None:
+            from fasttrain.distributed import StopVote
+            self.vote = StopVote(dist)
+            self.notes.extend(dist.notes)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -146,18 +161,22 @@ class Trainer:
         """Train over `loader` once (or its first `batches` batches). -> mean loss, images, seconds.
         `first`: index of the loader's first batch within the epoch (a resumed pass), `partial`: the
         epoch's sums up to there, from the checkpoint."""
-        self.engine.module.train()
+        self.engine.train_mode(True)
         n = first + (batches if batches is not None else len(loader))  # type: ignore[arg-type]
         partial = partial or {}
-        loss_sum = torch.full((), float(partial.get("loss_sum", 0.0)), device=self.device)
-        nonfinite = torch.full((), int(partial.get("nonfinite", 0)), device=self.device, dtype=torch.long)
-        images_seen = int(partial.get("images", 0))
+        # A checkpoint's partial sums are over all ranks (see _reduced_partial): rank 0 alone carries them on.
+        own = partial if self.dist is None or self.dist.is_main else {}
+        loss_sum = torch.full((), float(own.get("loss_sum", 0.0)), device=self.device)
+        nonfinite = torch.full((), int(own.get("nonfinite", 0)), device=self.device, dtype=torch.long)
+        images_seen = int(own.get("images", 0))
         started = time.perf_counter() - float(partial.get("seconds", 0.0))
         self.pass_start = self.batch_in_epoch = first
         it = iter(loader)
         try:
             return self._train_pass(it, epoch, first, n, partial, loss_sum, nonfinite, images_seen, started)
         finally:
+            if self.vote is not None:
+                self.vote.drain()  # every rank posted the same votes: none may stay in flight
             close = getattr(it, "close", None)  # a generator over a DataLoader: shuts its workers down now,
             if close is not None:               # not whenever a traceback holding it is collected
                 close()
@@ -184,7 +203,7 @@ class Trainer:
             t2 = time.perf_counter()
             window, closes = window_length(i, n, self.accumulation)
             lr = self.schedule.current()  # the LR this batch's optimizer step uses
-            loss = self._forward_backward(images, targets, window, i % self.accumulation == 0, epoch, i)
+            loss = self._forward_backward(images, targets, window, i % self.accumulation == 0, epoch, i, closes)
             ok = torch.isfinite(loss)  # kept on the device: no sync per step
             loss_sum += torch.where(ok, loss, 0.0)
             nonfinite += ~ok
@@ -200,7 +219,8 @@ class Trainer:
             t3 = time.perf_counter()
             bs = int(targets.shape[0])
             images_seen += bs
-            fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs,
+            # images: the whole job's (ranks step in lockstep), so images/s is the job's throughput.
+            fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs * self.world,
                           data_wait_s=t1 - t0, h2d_s=t2 - t1, compute_s=t3 - t2, loss=None,
                           lr=lr, grad_norm=None, amp_scale=None, skipped=False,
                           batch_size=engine.micro_batch(bs), accumulation_steps=self.accumulation * engine.splits,
@@ -222,35 +242,55 @@ class Trainer:
                 self._signals.after_step(self.schedule.step)
                 stopping = self.stop is not None and self.stop.requested is not None
                 due = self.save_every_s is not None and time.monotonic() - self._last_save >= self.save_every_s
+                if self.vote is not None:  # every rank acts on the same (stop, due), one step after it was posted
+                    signal, due = self.vote.exchange(self.stop.requested or 0 if self.stop else 0, due)
+                    stopping = self._agreed_stop(signal)
                 if stopping or due:
                     self._flush(pending)
                     pending = []
-                    self._partial = {"loss_sum": float(loss_sum), "nonfinite": int(nonfinite), "images": images_seen,
-                                     "seconds": time.perf_counter() - started}
+                    self._partial = self._reduced_partial(float(loss_sum), int(nonfinite), images_seen,
+                                                          time.perf_counter() - started)
                     path = self._save_mid_epoch(epoch)
                     if stopping:
                         raise Interrupted(self.stop, path, epoch, i + 1, self.schedule.step)  # type: ignore[arg-type]
         self._flush(pending)
         self._partial = None
-        seen_batches, bad_count = self.batch_in_epoch, int(nonfinite)
-        self.nonfinite_total += bad_count - int(partial.get("nonfinite", 0))
+        loss_total, bad_total, images_seen = float(loss_sum), int(nonfinite), images_seen
+        if self.dist is not None:
+            loss_total, bad, images = self.dist.sums(loss_total, bad_total, images_seen)
+            bad_total, images_seen = int(bad), int(images)
+        seen_batches = self.batch_in_epoch * self.world   # loader batches over all ranks
+        self.nonfinite_total += bad_total - int(partial.get("nonfinite", 0))
         # fp16 overflows now and then (the GradScaler skips those steps); a whole epoch of them is divergence.
-        if seen_batches and bad_count == seen_batches:
+        if seen_batches and bad_total == seen_batches:
             raise JobFailed(f"training diverged in epoch {epoch + 1}: every training loss was NaN or infinite "
                             f"(LR {self.schedule.current():.4g}); lower optim.base_lr or set optim.clip_grad_norm")
-        mean_loss = float(loss_sum) / max(1, seen_batches - bad_count)
-        return {"train_loss": mean_loss, "train_nonfinite_batches": bad_count, "train_images": images_seen,
+        mean_loss = loss_total / max(1, seen_batches - bad_total)
+        return {"train_loss": mean_loss, "train_nonfinite_batches": bad_total, "train_images": images_seen,
                 "train_s": time.perf_counter() - started}
+
+    def _agreed_stop(self, signal: int) -> bool:
+        """A rank that received no signal itself stops for the one another rank received."""
+        if signal and self.stop is not None and self.stop.requested is None:
+            self.stop.requested = signal
+        return bool(signal) and self.stop is not None
+
+    def _reduced_partial(self, loss_sum: float, nonfinite: int, images: int, seconds: float) -> dict[str, Any]:
+        """The epoch's sums so far for a mid-epoch checkpoint: over all ranks (every rank is at this step)."""
+        if self.dist is not None:
+            loss_sum, bad, images_f = self.dist.sums(loss_sum, nonfinite, images)
+            nonfinite, images = int(bad), int(images_f)
+        return {"loss_sum": loss_sum, "nonfinite": nonfinite, "images": images, "seconds": seconds}
 
     # -- faults --------------------------------------------------------------------------------------
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
-                          epoch: int, index: int) -> torch.Tensor:
+                          epoch: int, index: int, sync: bool = True) -> torch.Tensor:
         """forward_backward, retried on the same data as smaller micro-batches while it runs out of memory."""
         engine = self.engine
         while True:
             stash = None if first_in_window else engine.take_grads()
             try:
-                loss = engine.forward_backward(images, targets, window)
+                loss = engine.forward_backward(images, targets, window, sync)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
                 if not self.oom_backoff or not is_out_of_memory(exc):
                     raise
@@ -299,9 +339,12 @@ class Trainer:
 
     def _save_mid_epoch(self, epoch: int) -> Path | None:
         self._last_save = time.monotonic()
+        if self.io.checkpoints is None and self.dist is None:
+            return None
+        payload = self.state(epoch, consumed_batches=self.batch_in_epoch - self.pass_start)  # every rank: RNG gather
         if self.io.checkpoints is None:
             return None
-        path = self.io.checkpoints.save_last(self.state(epoch, consumed_batches=self.batch_in_epoch - self.pass_start))
+        path = self.io.checkpoints.save_last(payload)
         self._note_saved(path)
         return path
 
@@ -352,7 +395,10 @@ class Trainer:
     def validate(self, loader: Iterable[Any], max_batches: int | None = None) -> dict[str, Any]:
         """Loss, acc@1 and (with 5 or more classes) acc@5 over the validation set; one sync at the end."""
         engine = self.engine
-        engine.module.eval()
+        engine.train_mode(False)
+        # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
+        # validation shards would not all reach.
+        run = engine.module if self.dist is not None else engine.runner
         loss_sum = torch.zeros((), device=self.device)
         top1 = torch.zeros((), device=self.device, dtype=torch.long)
         top5 = torch.zeros((), device=self.device, dtype=torch.long)
@@ -362,7 +408,7 @@ class Trainer:
                 break
             images, targets = engine.to_device(*_unpack(batch))
             with self.precision.autocast():
-                logits = engine.runner(images)
+                logits = run(images)
             logits = logits.float()
             classes = logits.shape[1]
             loss_sum += torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
@@ -371,13 +417,17 @@ class Trainer:
             top1 += hits[:, :1].sum()
             top5 += hits.sum()
             count += int(targets.shape[0])
-        if isinstance(engine.runner, CompileGuard):
+        if isinstance(engine.runner, CompileGuard) and run is engine.runner:
             engine.runner.verified()
-        engine.module.train()
+        engine.train_mode(True)
+        loss, hits1, hits5 = float(loss_sum), int(top1), int(top5)
+        if self.dist is not None:
+            loss, h1, h5, n, c = self.dist.sums(loss, hits1, hits5, count, classes or 0)
+            hits1, hits5, count, classes = int(h1), int(h5), int(n), int(c) // self.world or None
         if count == 0:
             return {"val_loss": None, "val_acc1": None, "val_acc5": None, "val_images": 0, "val_s": 0.0}
-        return {"val_loss": float(loss_sum) / count, "val_acc1": float(top1) / count,
-                "val_acc5": float(top5) / count if classes is not None and classes >= 5 else None,
+        return {"val_loss": loss / count, "val_acc1": hits1 / count,
+                "val_acc5": hits5 / count if classes is not None and classes >= 5 else None,
                 "val_images": count, "val_s": time.perf_counter() - started}
 
     # -- the whole run -------------------------------------------------------------------------------
@@ -395,7 +445,9 @@ class Trainer:
         if val_loader is not None:  # fail in seconds, not after a whole epoch, when validation is broken
             result.sanity = self.validate(val_loader, max_batches=2)
         if resume.get("rng") is not None:  # after the sanity check: the next batch sees what it saw before
-            restore_rng_states(resume["rng"])
+            per_rank = resume.get("rng_per_rank") or []
+            own = per_rank[self.dist.rank] if self.dist is not None and len(per_rank) == self.world else None
+            restore_rng_states(own or resume["rng"])
         if io.telemetry is not None:
             io.telemetry.start()
         patience = self.optim.early_stopping_patience
@@ -429,10 +481,12 @@ class Trainer:
                 self.batch_in_epoch = 0
                 result.history.append(row)
                 result.epochs_run += 1
-                if io.checkpoints is not None:
+                if io.checkpoints is not None or self.dist is not None:
                     self._last_save = time.monotonic()
-                    written = io.checkpoints.save_epoch(self.state(epoch + 1, row, pass_done), epoch, is_best)
-                    self._note_saved(written[0] if written else None)
+                    payload = self.state(epoch + 1, row, pass_done)  # every rank: the RNG states are gathered
+                    if io.checkpoints is not None:
+                        written = io.checkpoints.save_epoch(payload, epoch, is_best)
+                        self._note_saved(written[0] if written else None)
                 if io.runlog is not None:
                     io.runlog.log_epoch(row)
                 if io.dashboard is not None:
@@ -441,8 +495,11 @@ class Trainer:
                     result.stopped_early = True
                     self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for {patience} epochs")
                     break
-                if self.stop is not None and self.stop.requested is not None and epoch + 1 < epochs:
-                    raise Interrupted(self.stop, self.last_good, epoch + 1, 0, self.schedule.step)
+                stopping = self.stop is not None and self.stop.requested is not None
+                if self.dist is not None:
+                    stopping = self._agreed_stop(self.dist.max(self.stop.requested or 0 if self.stop else 0))
+                if stopping and epoch + 1 < epochs:
+                    raise Interrupted(self.stop, self.last_good, epoch + 1, 0, self.schedule.step)  # type: ignore[arg-type]
         finally:
             if io.telemetry is not None:
                 io.telemetry.stop()
@@ -460,6 +517,7 @@ class Trainer:
             "schedule": self.schedule.state_dict(), "epoch": next_epoch, "batch_in_epoch": self.batch_in_epoch,
             "partial": self._partial if self.batch_in_epoch else None,
             "rng": rng_states(), "plan": self.plan.to_dict(), "metrics": row or {},
+            "rng_per_rank": self.dist.gather(rng_states()) if self.dist is not None else None,
             "profile": self.profile.model_dump(mode="json") if self.profile is not None else None,
             "micro_batch_splits": self.engine.splits, "oom_events": list(self.oom_events),
             "nonfinite_total": self.nonfinite_total,

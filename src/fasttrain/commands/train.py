@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from fasttrain.launch import DEFAULT_RDZV_TIMEOUT_S
+
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
@@ -56,18 +58,41 @@ def train_cmd(
     save_every_minutes: Optional[float] = typer.Option(None, "--save-every-minutes", metavar="N",
                                                        help="Also write last.pt mid-epoch every N minutes (for "
                                                             "machines that vanish without a signal)."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", metavar="N", rich_help_panel="Several GPUs",
+                                                 help="Data-parallel: start N processes on this machine (one per GPU; "
+                                                      "gloo processes on a CPU) through torch.distributed.run."),
+    nnodes: int = typer.Option(1, "--nnodes", metavar="M", rich_help_panel="Several GPUs",
+                               help="Machines in the job; run the same command on each."),
+    node_rank: int = typer.Option(0, "--node-rank", metavar="R", rich_help_panel="Several GPUs",
+                                  help="This machine's index, 0..M-1 (node 0 writes the checkpoints)."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT",
+                                                rich_help_panel="Several GPUs",
+                                                help="Where node 0 waits for the others (needed with --nnodes > 1)."),
+    rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
+                                     rich_help_panel="Several GPUs",
+                                     help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain import train_run
+    from fasttrain.launch import LaunchSpec
     from fasttrain.render import console, print_json
+
+    given = _given(ctx)
+    multi = {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout"} & given
+    if multi and nproc_per_node is None:
+        from fasttrain.errors import Problem, UserError
+        raise UserError([Problem("--" + sorted(multi)[0].replace("_", "-"), "only means something with "
+                                 "--nproc-per-node", "add --nproc-per-node N (processes on this machine)")])
+    launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
+        if nproc_per_node is not None else None
 
     args = train_run.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
-                               batch_size=batch_size,
-                               explicit=_given(ctx))
+                               batch_size=batch_size, launch=launch,
+                               explicit=given)
     prep = train_run.prepare(args)
     if dry_run:
         from fasttrain.models import create_model
@@ -80,11 +105,24 @@ def train_cmd(
             for line in train_run.plan_lines(view):
                 out.print(line, markup=False)
         return
+    if args.launch is not None:  # this process is the agent: the workers train
+        raise typer.Exit(_launch(prep))
     summary = train_run.execute(prep)
-    if as_json:
+    if as_json and prep.is_main:
         print_json(summary)
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
         raise typer.Exit(summary["exit_code"])
+
+
+def _launch(prep: object) -> int:
+    """Start the workers with this command line minus the launch flags; -> the job's exit code."""
+    from fasttrain import launch
+    args, plan = prep.args, prep.plan  # type: ignore[attr-defined]
+    spec = args.launch
+    threads = None
+    if plan.device == "cpu":
+        threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)  # type: ignore[attr-defined]
+    return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads)
 
 
 def _given(ctx: typer.Context) -> set[str]:

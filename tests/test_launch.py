@@ -1,0 +1,115 @@
+"""launch.py: the arithmetic and argument handling around torch.distributed.run (pure; no process started),
+and the launch errors a user meets before any worker starts (exit 2, one line each)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fasttrain import launch
+from fasttrain.errors import UserError
+from fasttrain.launch import LaunchSpec
+from loop_helpers import FIXTURES
+
+
+def test_strip_launch_flags_keeps_everything_else() -> None:
+    argv = ["--debug", "train", "--nproc-per-node", "2", "--epochs", "3", "--nnodes=1", "--rdzv-timeout", "9",
+            "--set", "loader.batch_size=4", "--node-rank=0", "--rdzv-endpoint", "h:1", "--quiet"]
+    assert launch.strip_launch_flags(argv) == ["--debug", "train", "--epochs", "3", "--set", "loader.batch_size=4",
+                                               "--quiet"]
+
+
+def test_single_machine_uses_a_standalone_rendezvous() -> None:
+    argv = launch.torchrun_argv(LaunchSpec(2), ["train", "--epochs", "1"])
+    assert argv[:4] == ["--nproc-per-node", "2", "--max-restarts", "0"]
+    assert "--standalone" in argv
+    assert argv[-5:] == ["-m", "fasttrain", "train", "--epochs", "1"]
+
+
+def test_several_machines_use_node_0_as_the_static_store() -> None:
+    argv = launch.torchrun_argv(LaunchSpec(4, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400",
+                                           rdzv_timeout_s=60), ["train"])
+    joined = " ".join(argv)
+    assert "--standalone" not in argv
+    assert "--nnodes 2 --node-rank 1 --rdzv-backend static --master-addr 10.0.0.1 --master-port 29400" in joined
+    assert "--rdzv-conf timeout=60" in joined
+
+
+def test_the_torchrun_arguments_parse_as_torchrun_would() -> None:
+    from torch.distributed.run import parse_args
+    args = parse_args(launch.torchrun_argv(LaunchSpec(2, nnodes=2, node_rank=0, rdzv_endpoint="h:29400"), ["train"]))
+    assert (args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_backend) == ("2", "2", 0, "static")
+    assert args.module and args.training_script == "fasttrain" and args.training_script_args == ["train"]
+
+
+@pytest.mark.parametrize("spec, where", [
+    (LaunchSpec(0), "--nproc-per-node"),
+    (LaunchSpec(1, nnodes=0), "--nnodes"),
+    (LaunchSpec(1, nnodes=2, node_rank=2, rdzv_endpoint="h:1"), "--node-rank"),
+    (LaunchSpec(1, nnodes=2), "--rdzv-endpoint"),
+    (LaunchSpec(1, rdzv_endpoint="no-port"), "--rdzv-endpoint"),
+    (LaunchSpec(1, rdzv_timeout_s=0), "--rdzv-timeout"),
+])
+def test_bad_launch_flags_are_named(spec: LaunchSpec, where: str) -> None:
+    with pytest.raises(UserError) as err:
+        launch.check_spec(spec)
+    assert err.value.problems[0].where == where
+
+
+def test_worker_world_reads_torchruns_environment() -> None:
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    world = launch.worker_world(env)
+    assert world is not None and (world.rank, world.local_rank, world.nodes, world.is_main) == (3, 1, 2, False)
+    assert launch.worker_world({"RANK": "0"}) is None
+    assert launch.worker_world({**env, "RANK": "x"}) is None
+
+
+def test_cpu_threads_share_the_cores_out() -> None:
+    assert launch.cpu_threads_per_process(16, 2, 1) == 7
+    assert launch.cpu_threads_per_process(2, 2, 1) == 1
+
+
+# -- errors met on the command line (in-process: nothing is launched) ----------------------------------------
+def test_node_flags_without_nproc_per_node(cli) -> None:  # noqa: ANN001
+    res = cli("train", "--nnodes", "2", "--dry-run")
+    assert res.code == 2 and "--nnodes: only means something with --nproc-per-node" in res.err
+    assert "Traceback" not in res.err
+
+
+def test_bad_spec_exits_2_before_anything_starts(cli) -> None:  # noqa: ANN001
+    res = cli("train", "--nproc-per-node", "2", "--nnodes", "2", "--dry-run")
+    assert res.code == 2 and "--rdzv-endpoint: required with --nnodes 2" in res.err
+
+
+def test_more_cpu_processes_than_cores(cli) -> None:  # noqa: ANN001
+    res = cli("train", "--nproc-per-node", "256", "--dry-run")
+    assert res.code == 2 and "--nproc-per-node: 256 CPU processes on" in res.err
+
+
+def test_a_multi_process_profile_without_a_launcher_says_how(cli, tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "two.yaml").write_text("extends: cpu\nworld:\n  gpus_per_node: 2\n")
+    res = cli("train", "--profile", str(tmp_path / "two.yaml"), "--dry-run")
+    assert res.code == 2 and "add --nproc-per-node 2" in res.err
+
+
+def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:  # noqa: ANN001
+    res = cli("train", "--nproc-per-node", "2", "--dry-run", "--json")
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)["plan"]
+    assert plan["world_size"] == 2 and plan["effective_batch"] == 2 * plan["batch_size"] * plan["accumulation_steps"]
+
+
+def test_more_gpu_processes_than_gpus_is_refused() -> None:
+    """The rule, against a recorded report of a one-GPU machine (no GPU here)."""
+    from fasttrain import presets
+    from fasttrain.plan import make_plan
+    from fasttrain.report import HardwareReport
+    from fasttrain.train_run import _check_world
+    path = next(p for p in sorted((FIXTURES / "reports").glob("*.json"))
+                if HardwareReport.model_validate(json.loads(p.read_text())).torch.device_count == 1)
+    report = HardwareReport.model_validate(json.loads(path.read_text()))
+    profile = presets.resolve("aws-a10g", sets=["world.gpus_per_node=2"]).profile
+    plan = make_plan(profile, report)
+    assert plan.device == "cuda"
+    with pytest.raises(UserError, match="2 processes per node, but torch sees 1 GPU"):
+        _check_world(plan, profile, report, launched=True)
