@@ -52,9 +52,12 @@ class DistContext:
     # -- model -------------------------------------------------------------------------------------
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel as DDP
+        # Gradients as views into the all-reduce buckets: no copy in and out of the buckets each step (that
+        # copy was most of DDP's own cost in benchmarks/ddp_overhead.py) and one gradient-sized buffer less.
         if self.device.type == "cuda":
-            return DDP(model, device_ids=[self.device.index], output_device=self.device.index)
-        return DDP(model)
+            return DDP(model, device_ids=[self.device.index], output_device=self.device.index,
+                       gradient_as_bucket_view=True)
+        return DDP(model, gradient_as_bucket_view=True)
 
     # -- reductions --------------------------------------------------------------------------------
     def sums(self, *values: float) -> list[float]:
