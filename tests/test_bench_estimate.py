@@ -38,6 +38,7 @@ def test_tiny_run_prints_every_section_and_fails_loudly_only_with_reasons(accura
     data = json.loads(out_json.read_text())
     assert len(data["reference"]) == 4 and all(r["ratio"] for r in data["reference"])
     assert data["cpu"][0]["case"] == "tiny_cnn@16 b8" and data["cpu"][0]["measured"] > 0
+    assert len(data["cpu"][0]["rounds"]) == 1 and data["cpu"][0]["rounds"][0]["forecast"] > 0
     assert abs(data["activations"][0]["error"]) < 0.25
     assert code == (1 if data["failed"] else 0)
     assert ("FAILED:" in text) == bool(data["failed"])
@@ -49,3 +50,16 @@ def test_shipped_calibration_says_how_it_was_fitted() -> None:
     assert c["gpu_fit"]["rows"] == 40 and c["gpu_fit"]["share_within_1.5x"] >= 0.8
     assert "method" in c["cpu_fit"] and c["cpu_fit"]["fitted_on"]
     assert set(c["gpu"]["compute_efficiency"]) == {"fp32-nchw", "tf32-nchw", "amp-nchw", "amp-channels_last"}
+
+
+def test_measurements_last_about_the_same_time_whatever_the_model(accuracy) -> None:
+    steps_for = accuracy.cpu_fit.steps_for
+    assert steps_for(0.4, seconds=2.0) == 5          # a ResNet-50 step: 5 steps for 2 s
+    assert steps_for(10.0) == accuracy.cpu_fit.MIN_STEPS
+    assert steps_for(1e-4) == accuracy.cpu_fit.MAX_STEPS
+
+
+def test_cpu_ceiling_measures_the_small_conv_cost_quickly() -> None:
+    from fasttrain import cpu_ceiling
+    c = cpu_ceiling.measure(1, "float32", True)
+    assert c.conv_weight_s_per_byte >= 0 and c.matmul_flops > 0 and c.seconds < 3

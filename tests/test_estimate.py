@@ -155,3 +155,41 @@ def test_gpu_ceilings_follow_precision_layout_and_tf32() -> None:
     assert gpu_ceilings(get_gpu("V100"), "fp32", tf32=True, channels_last=False).group == "fp32-nchw"
     cpu = cpu_ceilings(1e11, 1e10, 2**30)
     assert cpu.kind == "cpu" and cpu.ceilings.peak_flops == 1e11 and not cpu.unknown
+
+
+def test_cpu_conv_weight_cost_adds_per_weight_byte_to_dense_convolutions_only() -> None:
+    ops = [OpCost("convolution", flops_per_sample=1e9, bytes_per_sample=1e6, fixed_bytes=1e6),
+           OpCost("convolution_backward", flops_per_sample=2e9, bytes_per_sample=1e6, fixed_bytes=2e6),
+           OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=1e6, fixed_bytes=1e6, depthwise=True),
+           OpCost("mm", flops_per_sample=1e6, bytes_per_sample=1e3, fixed_bytes=1e6)]
+    table = OpTable.from_ops(ops)
+    assert table.conv.tolist() == [True, True, False, False]
+    base = step_time(table, 10, CEIL)
+    priced = step_time(table, 10, Ceilings(**{**CEIL.__dict__, "conv_weight_s_per_byte": 1e-9}))
+    # the forward's weight bytes (1e6) + the backward's (2e6) at 1 ns per byte: 3 ms, whatever the batch
+    assert priced.seconds - base.seconds == pytest.approx(3e-3)
+    assert step_time(table, 100, Ceilings(**{**CEIL.__dict__, "conv_weight_s_per_byte": 1e-9})).seconds - \
+        step_time(table, 100, CEIL).seconds == pytest.approx(3e-3)
+    cpu = cpu_ceilings(1e11, 1e10, 2**30, conv_weight_s_per_byte=1e-9)
+    assert cpu.ceilings.conv_weight_s_per_byte == 1e-9
+    assert gpu_ceilings(get_gpu("A100 80GB"), "fp32", tf32=False, channels_last=False).ceilings \
+        .conv_weight_s_per_byte == 0.0   # the published GPU fit holds this cost in its efficiencies
+
+
+def test_conv_weight_cost_is_the_time_flops_do_not_explain_per_weight_byte() -> None:
+    from fasttrain.cpu_ceiling import conv_weight_cost
+    # 2 ms for 1e8 FLOPs at 1e11 FLOP/s (1 ms of FLOPs) over 1e6 weight bytes: 1 ns per byte
+    assert conv_weight_cost(2e-3, 1e8, 1e11, 1e6) == pytest.approx(1e-9)
+    assert conv_weight_cost(0.5e-3, 1e8, 1e11, 1e6) == 0.0   # faster than the big conv: no extra cost
+
+
+def test_depthwise_backward_can_run_at_its_own_efficiency() -> None:
+    ops = [OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=0.0, fixed_bytes=0.0, depthwise=True),
+           OpCost("convolution_backward", flops_per_sample=2e6, bytes_per_sample=0.0, fixed_bytes=0.0,
+                  depthwise=True)]
+    table = OpTable.from_ops(ops)
+    same = Ceilings(**{**CEIL.__dict__, "depthwise_efficiency": 0.1})
+    split = Ceilings(**{**CEIL.__dict__, "depthwise_efficiency": 0.1, "depthwise_backward_efficiency": 0.01})
+    # forward 1e7 FLOPs at 1e12 x 0.5 x 0.1; backward 2e7 FLOPs at 0.1 (GPUs) or 0.01 (the CPU's split)
+    assert step_time(table, 10, same).seconds == pytest.approx(1e7 / 5e10 + 2e7 / 5e10)
+    assert step_time(table, 10, split).seconds == pytest.approx(1e7 / 5e10 + 2e7 / 5e9)

@@ -68,11 +68,14 @@ def gpu_ceilings(spec: GpuSpec, precision: str, tf32: bool, channels_last: bool,
 
 
 def cpu_ceilings(matmul_flops: float, bandwidth: float, ram_bytes: int | None,
-                 factors: dict[str, Any] | None = None) -> DeviceCeilings:
-    """A CPU's ceilings are measured here (cpu_ceiling.py); the factors come from steps measured here too."""
+                 factors: dict[str, Any] | None = None, conv_weight_s_per_byte: float = 0.0) -> DeviceCeilings:
+    """A CPU's ceilings are measured here (cpu_ceiling.py); the factors come from steps measured here too.
+    conv_weight_s_per_byte: the small-conv probe's per-weight-byte cost, used as measured (roofline.py)."""
     c = (factors or load())["cpu"]
     ceilings = Ceilings(peak_flops=matmul_flops, bandwidth=bandwidth, compute_efficiency=c["compute_efficiency"],
                         memory_efficiency=c["memory_efficiency"], depthwise_efficiency=c["depthwise_efficiency"],
-                        op_overhead_s=c["op_overhead_s"], compile_pointwise_bytes=1.0)
+                        op_overhead_s=c["op_overhead_s"], compile_pointwise_bytes=1.0,
+                        conv_weight_s_per_byte=conv_weight_s_per_byte,
+                        depthwise_backward_efficiency=c.get("depthwise_backward_efficiency"))
     return DeviceCeilings("CPU (measured here)", "cpu", ceilings, matmul_flops, ram_bytes, [], "fp32-nchw", 1.0,
                           "fp32 matmul and copy bandwidth measured by fasttrain on this machine")

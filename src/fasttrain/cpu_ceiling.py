@@ -1,8 +1,9 @@
-"""Measure this CPU's ceilings once per process: fp32 matmul and conv FLOP/s, copy bandwidth (well under 1 s).
+"""Measure this CPU's ceilings once per process: matmul and conv FLOP/s, copy bandwidth and the per-weight-byte
+cost of a small convolution (about 0.5 s in all).
 
 A CPU has no spec sheet we could trust (turbo, SMT, cgroup quotas, neighbours), so `estimate` measures
-instead. Mean time per call over short windows; the thread count and dtype training will use.
-Units: FLOP/s and bytes/s.
+instead. Mean time per call over short windows; the thread count, dtype and memory layout training will use.
+Units: FLOP/s, bytes/s, seconds per byte.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class CpuCeiling:
     matmul_flops: float
     conv_flops: float
     bandwidth: float
+    conv_weight_s_per_byte: float  # seconds per weight byte a dense conv pays beyond its FLOP time (roofline.py)
     threads: int
     dtype: str       # the matmul/conv dtype: float32, or bfloat16 for a bf16-mixed plan
     seconds: float   # how long measuring took
@@ -42,22 +44,52 @@ def _time_per_call(fn, budget_s: float = 0.06) -> float:
             return elapsed / calls
 
 
+def conv_weight_cost(seconds: float, flops: float, conv_flops: float, weight_bytes: float) -> float:
+    """Seconds per weight byte from a small-output convolution probe: the time its FLOPs do not explain
+    (at the large-conv rate), spread over the weight bytes the roofline charges (fwd read, bwd read + grad)."""
+    return max(seconds - flops / conv_flops, 0.0) / weight_bytes
+
+
+# The small-convolution probe: ResNet-50's last stage at 64 px (2x2 outputs, 8 x 2 x 2 = 32 GEMM rows per
+# weight). Its forward + backward costs ~5x what its FLOPs take at the large-conv rate on this project's
+# AVX512-BF16 machine: the per-weight work oneDNN does on every call (weight reorder, weight-gradient reduction).
+SMALL_CONV = {"batch": 8, "channels": 512, "pixels": 2}
+
+
 @functools.lru_cache(maxsize=4)
-def measure(threads: int | None = None, dtype: str = "float32") -> CpuCeiling:
+def measure(threads: int | None = None, dtype: str = "float32", channels_last: bool = False) -> CpuCeiling:
     """threads: what training will use (model_setup.cpu_threads); None = torch's current setting.
-    dtype: the autocast dtype of the plan (bf16 matmuls run 2-4x faster on CPUs with AVX512-BF16/AMX)."""
+    dtype: the autocast dtype of the plan (bf16 matmuls run 2-4x faster on CPUs with AVX512-BF16/AMX).
+    channels_last: the plan's memory layout (the small-conv probe runs in it: oneDNN's reorders differ)."""
     import torch
     started = time.perf_counter()
     previous = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _measure(started, dtype)
+        return _measure(started, dtype, channels_last)
     finally:
         torch.set_num_threads(previous)
 
 
-def _measure(started: float, dtype_name: str) -> CpuCeiling:
+def _small_conv_seconds(dtype, channels_last: bool) -> tuple[float, float, float]:
+    """Forward + backward (input and weight gradients) of a 1x1 conv on a 2x2 map. -> seconds, FLOPs, weight bytes."""
+    import torch
+    n, c, p = SMALL_CONV["batch"], SMALL_CONV["channels"], SMALL_CONV["pixels"]
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(n, c, p, p, dtype=dtype).to(memory_format=layout).requires_grad_()
+    w = torch.randn(c, c, 1, 1, dtype=dtype).to(memory_format=layout).requires_grad_()
+    grad = torch.randn(n, c, p, p, dtype=dtype).to(memory_format=layout)
+
+    def step():
+        torch.autograd.grad(torch.nn.functional.conv2d(x, w), (x, w), grad)
+
+    forward_flops = 2 * n * p * p * c * c
+    weight_bytes = 3 * w.numel() * w.element_size()  # forward: read w; backward: read w, write its gradient
+    return _time_per_call(step), 3 * forward_flops, weight_bytes
+
+
+def _measure(started: float, dtype_name: str, channels_last: bool = False) -> CpuCeiling:
     import torch
     dtype = getattr(torch, dtype_name)
     with torch.no_grad():
@@ -71,4 +103,7 @@ def _measure(started: float, dtype_name: str) -> CpuCeiling:
         src = torch.randn(8 * 2**20 // 4 * 4)  # 32 MiB: well past the caches
         dst = torch.empty_like(src)
         bandwidth = 2 * src.numel() * 4 / _time_per_call(lambda: dst.copy_(src))  # read + write
-    return CpuCeiling(matmul, conv, bandwidth, torch.get_num_threads(), dtype_name, time.perf_counter() - started)
+    seconds, flops, weight_bytes = _small_conv_seconds(dtype, channels_last)
+    weight_cost = conv_weight_cost(seconds, flops, conv, weight_bytes)
+    return CpuCeiling(matmul, conv, bandwidth, weight_cost, torch.get_num_threads(), dtype_name,
+                      time.perf_counter() - started)

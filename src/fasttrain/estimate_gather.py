@@ -116,8 +116,9 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
     from fasttrain import cpu_ceiling
     plan = make_plan(profile, local, dataset_size)
-    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan))
-    dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes)
+    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last)
+    dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
+                                   conv_weight_s_per_byte=ceiling.conv_weight_s_per_byte)
     return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
 
 

@@ -4,6 +4,9 @@ Pure arithmetic over numpy arrays (no torch): estimate.py prices plans with it a
 fits the efficiency factors with the very same function. Every aten call of the step is priced at
 max(compute time, memory time) + a fixed per-op overhead, so convolutions land on the compute roof and
 batch norm, activations and depthwise convolutions on the bandwidth roof, as they do on real hardware.
+On a CPU a dense convolution also pays for each byte of its weights (conv_weight_s_per_byte, measured by
+cpu_ceiling.py): oneDNN reorders the weights into its blocked layout on every call and reduces the weight
+gradient over only batch x output pixels rows, a cost that does not shrink with the batch or the image.
 Units: seconds, FLOPs, bytes, FLOP/s, bytes/s.
 """
 from __future__ import annotations
@@ -24,6 +27,8 @@ UNFUSED_BYTES_PER_PARAM = {"sgd": 44, "adam": 84, "adamw": 84}
 # buffers and reach most of the copy bandwidth, unlike the many small activation ops the fitted
 # memory_efficiency describes. 0.8 is an assumption, not a fit (at published batch sizes it is <2% of a step).
 STREAM_EFFICIENCY = 0.8
+# The aten calls of a convolution (cost.py records overload packet names).
+CONV_OPS = frozenset({"convolution", "convolution_backward"})
 # Autocast casts each fp32 weight to half precision every forward: read 4 bytes, write 2.
 CAST_BYTES_PER_PARAM = 6
 
@@ -37,6 +42,8 @@ class OpTable:
     fixed_bytes: np.ndarray
     depthwise: np.ndarray
     pointwise: np.ndarray  # ops without FLOPs: what torch.compile fuses
+    conv: np.ndarray | None = None  # dense (not grouped) convolutions, forward and backward
+    depthwise_backward: np.ndarray | None = None  # grouped convolutions' backward calls
 
     @classmethod
     def from_ops(cls, ops: list) -> "OpTable":
@@ -45,7 +52,10 @@ class OpTable:
                    bytes_per_sample=np.array([o.bytes_per_sample for o in ops], dtype=float),
                    fixed_bytes=np.array([o.fixed_bytes for o in ops], dtype=float),
                    depthwise=np.array([o.depthwise for o in ops], dtype=bool),
-                   pointwise=flops == 0)
+                   pointwise=flops == 0,
+                   conv=np.array([o.name in CONV_OPS and not o.depthwise for o in ops], dtype=bool),
+                   depthwise_backward=np.array([o.depthwise and o.name == "convolution_backward" for o in ops],
+                                               dtype=bool))
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,17 @@ class Ceilings:
     compute_efficiency: float
     memory_efficiency: float
     depthwise_efficiency: float = 1.0   # share of compute_efficiency grouped convs reach
+    # The same for their backward where it differs (CPU: oneDNN's bf16 depthwise backward falls off its fast path
+    # for 5x5 kernels, stride 2 and maps smaller than the kernel, ~60x slower per FLOP than the forward in
+    # EfficientNet-B0 at 64 px). None: depthwise_efficiency (GPUs: the published rows cannot split the two).
+    depthwise_backward_efficiency: float | None = None
     op_overhead_s: float = 0.0          # launch / dispatch cost per aten call
     compile_pointwise_bytes: float = 1.0  # share of pointwise traffic left after torch.compile fuses it
+    # Seconds per byte of a dense convolution's weights (the op's fixed bytes: weight read in the forward,
+    # weight read + weight gradient written in the backward), on top of its roofline time. Measured on the
+    # CPU (cpu_ceiling.py: a small-output convolution, where this cost dominates); 0 on GPUs, whose fitted
+    # efficiencies already hold it.
+    conv_weight_s_per_byte: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,13 +97,18 @@ def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimize
               momentum: bool = True, compiled: bool = False, mixed_precision: bool = False,
               fused_optimizer: bool = True) -> StepTime:
     """Seconds for one forward+backward+optimizer step of `batch` samples on one device."""
-    flop_rate = c.peak_flops * c.compute_efficiency * np.where(table.depthwise, c.depthwise_efficiency, 1.0)
+    grouped = np.where(table.depthwise, c.depthwise_efficiency, 1.0)
+    if c.depthwise_backward_efficiency is not None and table.depthwise_backward is not None:
+        grouped = np.where(table.depthwise_backward, c.depthwise_backward_efficiency, grouped)
+    flop_rate = c.peak_flops * c.compute_efficiency * grouped
     compute = batch * table.flops / flop_rate
     traffic = batch * table.bytes_per_sample + table.fixed_bytes
     if compiled:
         traffic = np.where(table.pointwise, traffic * c.compile_pointwise_bytes, traffic)
     memory = traffic / (c.bandwidth * c.memory_efficiency)
     per_op = np.maximum(compute, memory)
+    if c.conv_weight_s_per_byte and table.conv is not None:
+        per_op = per_op + np.where(table.conv, table.fixed_bytes * c.conv_weight_s_per_byte, 0.0)
     compute_bound = float(per_op[compute >= memory].sum())
     memory_bound = float(per_op[compute < memory].sum())
     n_ops = len(table.flops) * (c.compile_pointwise_bytes if compiled else 1.0)
