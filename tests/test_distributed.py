@@ -9,10 +9,12 @@ ranks at the same step with a checkpoint, and --resume under 2 processes ends bi
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,26 @@ def test_a_rendezvous_that_does_not_form_is_a_clear_error(work: Path) -> None:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"--rdzv-endpoint: the nodes did not meet at 127.0.0.1:{port} within 3 s" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_sigterm_to_the_launcher_reaches_every_worker(work: Path) -> None:
+    """Preemption as a scheduler does it: SIGTERM to the process the user started (the agent), which passes it
+    on; the workers stop at one agreed step, rank 0 writes the checkpoint, the command exits 0."""
+    full = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FASTTRAIN_")
+            or k == "FASTTRAIN_CACHE"}
+    full.update(ENV)
+    args = [a if a != "3" else "500" for a in BASE]  # long enough that the signal lands mid-run
+    proc = subprocess.Popen([sys.executable, "-m", "fasttrain", "train", *args, "--set", "loader.batch_size=4",
+                             "--nproc-per-node", "2", "--run-name", "agent"], cwd=work, env=full, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metrics = work / "runs" / "agent" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.stat().st_size) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"fasttrain: stopped by SIGTERM after optimizer step \d+", err), err[-3000:]
+    assert "resume with: fasttrain train --resume" in err and "Traceback" not in err
+    saved = torch.load(work / "runs" / "agent" / "last.pt", map_location="cpu", weights_only=False)
+    assert len(saved["rng_per_rank"]) == 2

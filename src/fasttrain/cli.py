@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     launch.remember_argv(argv)  # `train --nproc-per-node` starts its workers with the same arguments
     usage_errors, exits, aborts = _click_exceptions()
+    world = launch.worker_world()
+    # In a data-parallel job every rank may report the same problem: say which rank speaks.
+    me = f"fasttrain[rank {world.rank}]" if world is not None and world.world_size > 1 else "fasttrain"
     try:
         result = app(args=argv, prog_name="fasttrain", standalone_mode=False)
         return int(result or 0) if isinstance(result, int) else 0
@@ -77,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         if _debugging(argv):
             raise
         for line in exc.lines():
-            print(f"fasttrain: error: {line}", file=sys.stderr)
+            print(f"{me}: error: {line}", file=sys.stderr)
         return exc.exit_code
     except JobFailed as exc:
         if _debugging(argv):
             raise
-        print(f"fasttrain: failed: {exc}", file=sys.stderr)
+        print(f"{me}: failed: {exc}", file=sys.stderr)
         return exc.exit_code
     except exits as exc:
         return int(getattr(exc, "exit_code", 0) or 0)
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return 2
     except aborts:
-        print("fasttrain: interrupted", file=sys.stderr)
+        print(f"{me}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -149,13 +149,12 @@ def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | N
     check_spec(spec)
     if omp_threads is not None and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(omp_threads)
-    if not os.environ.get("FASTTRAIN_DEBUG"):
-        # The agent logs every failure with a traceback of its own; the workers already said what went wrong.
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-        logging.getLogger("torch.distributed.run").setLevel(logging.CRITICAL)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
+
+    if not os.environ.get("FASTTRAIN_DEBUG"):
+        _quiet_agent_logs()
 
     try:
         run(parse_args(torchrun_argv(spec, worker_args)))
@@ -174,6 +173,15 @@ def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | N
                                      "--rdzv-timeout")]) from exc
         raise
     return 0
+
+
+def _quiet_agent_logs() -> None:
+    """The agent logs each failure and signal with a traceback or banner of its own, while the workers already
+    said what went wrong and this module says what happened next. Its loggers set their own levels (from
+    $LOGLEVEL) when created, so each one is turned down here, after the imports created them."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _failed_exit_code(exc: BaseException) -> int:

@@ -94,9 +94,10 @@ def train_cmd(
                                batch_size=batch_size, launch=launch,
                                explicit=given)
     prep = train_run.prepare(args)
-    if dry_run:
+    if dry_run or args.launch is not None:
         from fasttrain.models import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
+    if dry_run:
         view = train_run.plan_view(prep)
         if as_json:
             print_json(view)
