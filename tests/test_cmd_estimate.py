@@ -162,3 +162,11 @@ def test_batch_size_auto_with_measure_searches_here_and_keeps_effective_batch(cl
     s = d["forecast"]["schedule"]
     assert s["batch_size"] * s["accumulation_steps"] >= 8
     assert d["measure"]["measured"]["images_per_s"] > 0
+
+
+def test_nproc_per_node_and_nnodes_shape_the_forecast(cli) -> None:
+    res = cli("estimate", "--profile", "aws-a10g", "--model", "resnet18", "--gpu", "A100 80GB",
+              "--nproc-per-node", "2", "--nnodes", "2", "--json")
+    assert res.code == 0, res.err
+    s = json.loads(res.out)["forecast"]["schedule"]
+    assert (s["world_size"], s["nodes"], s["gpus_per_node"], s["effective_batch"]) == (4, 2, 2, 1024)

@@ -112,3 +112,17 @@ def test_debug_shows_a_traceback(tmp_path: Path) -> None:
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     debug = run_subprocess("--debug", "profiles", "validate", bad)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+@pytest.mark.parametrize("gpus, batch, workers, lr", [(1, 256, 12, 0.5), (2, 512, 24, 1.0), (4, 1024, 48, 2.0),
+                                                      (8, 2048, 96, 4.0)])
+def test_show_the_a10g_notes_multi_gpu_table(cli, gpus: int, batch: int, workers: int, lr: float) -> None:
+    """optimal-single-gpu-a10g.md, "Multi-GPU Calculations": one A10G per machine, N machines."""
+    res = cli("profiles", "show", "aws-a10g", "--nnodes", str(gpus), "--json")
+    assert res.code == 0, res.err
+    d = json.loads(res.out)
+    assert d["provenance"]["world.nodes"] == "flag --nnodes"
+    derived = d["derived"]
+    assert (derived["effective_batch"], derived["total_workers"], derived["scaled_lr"]) == (batch, workers, lr)
+    assert derived["loader_ram_bytes"] == json.loads(cli("profiles", "show", "aws-a10g", "--json").out)[
+        "derived"]["loader_ram_bytes"], "loader RAM is per machine: one GPU each, so it does not grow"

@@ -37,6 +37,7 @@ class Request:
     gpu: str | None
     loader: LoaderSample | None
     batch_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --batch-size N or auto
+    world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
 
 
 def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int | None, num_classes: int) -> None:
@@ -63,6 +64,7 @@ def resolve_profile(ref: str, req: Request) -> Any:
     if req.epochs_flag is not None:
         flags["optim.epochs"] = ("--epochs", req.epochs_flag)
     flags.update(req.batch_flags)
+    flags.update(req.world_flags)
     return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags)
 
 

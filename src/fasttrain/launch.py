@@ -86,6 +86,17 @@ def worker_world(env: Mapping[str, str] | None = None) -> WorkerWorld | None:
     return WorkerWorld(rank, local_rank, world, local_world)
 
 
+def world_flags(nproc_per_node: int | None, nnodes: int | None, source: str = "") -> dict[str, tuple[str, int]]:
+    """The profile keys that --nproc-per-node / --nnodes set (presets.resolve's flags): the job's shape wins over
+    the profile's world section. `source` names both when they came from elsewhere (torchrun's environment)."""
+    flags: dict[str, tuple[str, int]] = {}
+    if nproc_per_node is not None:
+        flags["world.gpus_per_node"] = (source or "--nproc-per-node", nproc_per_node)
+    if nnodes is not None:
+        flags["world.nodes"] = (source or "--nnodes", nnodes)
+    return flags
+
+
 def check_spec(spec: LaunchSpec) -> None:
     """Every problem with the launch flags at once, as a UserError (exit 2). Pure."""
     problems = []

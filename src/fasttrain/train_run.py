@@ -21,7 +21,7 @@ from typing import Any
 
 from fasttrain import presets
 from fasttrain.errors import Problem, UserError
-from fasttrain.launch import LaunchSpec, WorkerWorld, worker_world
+from fasttrain.launch import LaunchSpec, WorkerWorld, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.presets import Resolved
 from fasttrain.report import HardwareReport
@@ -96,11 +96,9 @@ def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
 def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:
     flags: dict[str, tuple[str, Any]] = {}
     if world is not None:  # a torchrun worker: the job's shape is what the agent started
-        flags["world.nodes"] = ("torchrun", world.nodes)
-        flags["world.gpus_per_node"] = ("torchrun", world.local_world_size)
+        flags.update(world_flags(world.local_world_size, world.nodes, source="torchrun"))
     elif args.launch is not None:
-        flags["world.nodes"] = ("--nnodes", args.launch.nnodes)
-        flags["world.gpus_per_node"] = ("--nproc-per-node", args.launch.nproc_per_node)
+        flags.update(world_flags(args.launch.nproc_per_node, args.launch.nnodes))
     if args.epochs is not None:
         flags["optim.epochs"] = ("--epochs", args.epochs)
     if args.image_size is not None:

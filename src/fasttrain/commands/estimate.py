@@ -40,10 +40,15 @@ def estimate_cmd(
         None, "--batch-size", help="Per-device batch: a number, or auto (with --measure: the largest batch that "
                                    "runs here, accumulation keeping the profile's effective batch)."),
     compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N",
+                                                 help="GPUs per machine of a data-parallel job (world.gpus_per_node)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, metavar="M",
+                                         help="Machines of a data-parallel job (world.nodes)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output with stable keys."),
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
     from fasttrain import estimate_gather as g
+    from fasttrain.launch import world_flags
     if what is not None and (not compare or what not in COMPARE_KINDS):
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
                                  "use --compare presets or --compare gpus", None)])
@@ -55,7 +60,8 @@ def estimate_cmd(
     ref = profile or _default_profile(local)
     req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
                     dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
-                    epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None)
+                    epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None,
+                    world_flags=world_flags(nproc_per_node, nnodes))
     resolved = g.resolve_profile(ref, req)
     auto_note = _apply_batch_option(batch_size, measure, resolved.profile, req, local) if batch_size else None
     if req.batch_flags:

@@ -109,12 +109,17 @@ def show_cmd(
     sets: Optional[list[str]] = SetOpt,
     dataset_size: Optional[int] = typer.Option(
         None, "--dataset-size", min=1, help="Also show iterations per epoch for this many training samples."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N",
+                                                 help="Show the plan for N GPUs per machine (world.gpus_per_node)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, metavar="M",
+                                         help="Show the plan for M machines (world.nodes)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
     from fasttrain import presets
+    from fasttrain.launch import world_flags
     from fasttrain.profile import SECTIONS
-    res = presets.resolve(ref, sets=sets or [])
+    res = presets.resolve(ref, sets=sets or [], flags=world_flags(nproc_per_node, nnodes))
     p = res.profile
     if as_json:
         print_json({
