@@ -219,8 +219,9 @@ class Trainer:
             t3 = time.perf_counter()
             bs = int(targets.shape[0])
             images_seen += bs
-            # images: the whole job's (ranks step in lockstep), so images/s is the job's throughput.
-            fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n, images=bs * self.world,
+            # images: the whole job's (the ranks step in lockstep), so images/s is the job's throughput.
+            fields = dict(epoch=epoch, step=self.schedule.step, batch_index=i, batches_in_epoch=n,
+                          images=bs * self.world,
                           data_wait_s=t1 - t0, h2d_s=t2 - t1, compute_s=t3 - t2, loss=None,
                           lr=lr, grad_norm=None, amp_scale=None, skipped=False,
                           batch_size=engine.micro_batch(bs), accumulation_steps=self.accumulation * engine.splits,
@@ -243,7 +244,7 @@ class Trainer:
                 stopping = self.stop is not None and self.stop.requested is not None
                 due = self.save_every_s is not None and time.monotonic() - self._last_save >= self.save_every_s
                 if self.vote is not None:  # every rank acts on the same (stop, due), one step after it was posted
-                    signal, due = self.vote.exchange(self.stop.requested or 0 if self.stop else 0, due)
+                    signal, due = self.vote.exchange(self._signal_seen(), due)
                     stopping = self._agreed_stop(signal)
                 if stopping or due:
                     self._flush(pending)
@@ -255,7 +256,7 @@ class Trainer:
                         raise Interrupted(self.stop, path, epoch, i + 1, self.schedule.step)  # type: ignore[arg-type]
         self._flush(pending)
         self._partial = None
-        loss_total, bad_total, images_seen = float(loss_sum), int(nonfinite), images_seen
+        loss_total, bad_total = float(loss_sum), int(nonfinite)
         if self.dist is not None:
             loss_total, bad, images = self.dist.sums(loss_total, bad_total, images_seen)
             bad_total, images_seen = int(bad), int(images)
@@ -268,6 +269,10 @@ class Trainer:
         mean_loss = loss_total / max(1, seen_batches - bad_total)
         return {"train_loss": mean_loss, "train_nonfinite_batches": bad_total, "train_images": images_seen,
                 "train_s": time.perf_counter() - started}
+
+    def _signal_seen(self) -> int:
+        """The stop signal this rank received itself (0: none), for the vote."""
+        return (self.stop.requested or 0) if self.stop is not None else 0
 
     def _agreed_stop(self, signal: int) -> bool:
         """A rank that received no signal itself stops for the one another rank received."""
@@ -422,8 +427,9 @@ class Trainer:
         engine.train_mode(True)
         loss, hits1, hits5 = float(loss_sum), int(top1), int(top5)
         if self.dist is not None:
-            loss, h1, h5, n, c = self.dist.sums(loss, hits1, hits5, count, classes or 0)
-            hits1, hits5, count, classes = int(h1), int(h5), int(n), int(c) // self.world or None
+            loss, h1, h5, n = self.dist.sums(loss, hits1, hits5, count)
+            hits1, hits5, count = int(h1), int(h5), int(n)
+            classes = self.dist.max(classes or 0) or None  # a rank with an empty shard saw no logits
         if count == 0:
             return {"val_loss": None, "val_acc1": None, "val_acc5": None, "val_images": 0, "val_s": 0.0}
         return {"val_loss": loss / count, "val_acc1": hits1 / count,
@@ -497,7 +503,7 @@ class Trainer:
                     break
                 stopping = self.stop is not None and self.stop.requested is not None
                 if self.dist is not None:
-                    stopping = self._agreed_stop(self.dist.max(self.stop.requested or 0 if self.stop else 0))
+                    stopping = self._agreed_stop(self.dist.max(self._signal_seen()))
                 if stopping and epoch + 1 < epochs:
                     raise Interrupted(self.stop, self.last_good, epoch + 1, 0, self.schedule.step)  # type: ignore[arg-type]
         finally:
