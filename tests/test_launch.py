@@ -99,17 +99,19 @@ def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:  # noqa: ANN001
     assert plan["world_size"] == 2 and plan["effective_batch"] == 2 * plan["batch_size"] * plan["accumulation_steps"]
 
 
-def test_more_gpu_processes_than_gpus_is_refused() -> None:
-    """The rule, against a recorded report of a one-GPU machine (no GPU here)."""
+def test_one_process_per_gpu_and_no_more() -> None:
+    """The rule, against a hand-built report of a 4 x A10G machine (no GPU here)."""
     from fasttrain import presets
     from fasttrain.plan import make_plan
     from fasttrain.report import HardwareReport
     from fasttrain.train_run import _check_world
-    path = next(p for p in sorted((FIXTURES / "reports").glob("*.json"))
-                if HardwareReport.model_validate(json.loads(p.read_text())).torch.device_count == 1)
-    report = HardwareReport.model_validate(json.loads(path.read_text()))
-    profile = presets.resolve("aws-a10g", sets=["world.gpus_per_node=2"]).profile
-    plan = make_plan(profile, report)
-    assert plan.device == "cuda"
-    with pytest.raises(UserError, match="2 processes per node, but torch sees 1 GPU"):
-        _check_world(plan, profile, report, launched=True)
+    report = HardwareReport.model_validate_json((FIXTURES / "reports" / "a10g_x4.json").read_text())
+    for procs in (1, 4, 5):
+        profile = presets.resolve("aws-a10g", sets=[f"world.gpus_per_node={procs}", "loader.num_workers=2"]).profile
+        plan = make_plan(profile, report)
+        assert plan.device == "cuda"
+        if procs <= 4:
+            _check_world(plan, profile, report, launched=True)
+        else:
+            with pytest.raises(UserError, match="5 processes per node, but torch sees 4 GPU"):
+                _check_world(plan, profile, report, launched=True)

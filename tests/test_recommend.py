@@ -37,6 +37,7 @@ def one_gpu(name: str, mib: int, cc: str) -> HardwareReport:
     ("v100_16", "gcp-v100"), ("v100_32", "gcp-v100"), ("a10g", "aws-a10g"), ("cpu_only", "cpu"),
     ("gpu_with_cpu_torch", "cpu"), ("old_driver", "cpu"),  # torch cannot use the GPU: training runs on the CPU
     ("busy_gpu", "aws-a10g"), ("throttled_gpu", "aws-a10g"), ("pcie_low", "aws-a10g"),  # nearest by VRAM and bf16
+    ("a10g_x4", "aws-a10g"),
 ])
 def test_best_preset_per_fixture(name: str, preset: str) -> None:
     assert best_preset(load(name)) == preset
@@ -115,9 +116,9 @@ def test_changes_hold_only_what_differs_from_the_preset() -> None:
 
 
 def test_multi_gpu_machines_get_a_note() -> None:
-    report = load("a10g")
-    four = report.model_copy(update={"gpus": [g.model_copy(update={"index": i}) for i, g in enumerate(report.gpus * 4)]})
-    assert any("world.gpus_per_node=4" in n for n in recommend(four).notes)
+    """A hand-built g5.12xlarge report (4 x A10G): the advice is the launcher flag that trains on all four."""
+    notes = recommend(load("a10g_x4")).notes
+    assert any("fasttrain train --nproc-per-node 4" in n for n in notes), notes
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -179,3 +180,4 @@ def test_cpu_precision_follows_the_cpu_preset_only_where_bf16_is_fast() -> None:
     report = load("cpu_only")
     fast = report.model_copy(update={"torch": report.torch.model_copy(update={"cpu_bf16_fast": True})})
     assert recommend(fast).settings["speed.precision"] == ("fp32" if preset == "fp16-mixed" else preset)
+

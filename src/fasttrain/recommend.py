@@ -254,8 +254,9 @@ def recommend(report: HardwareReport) -> Recommendation:
     _speed(rec, report, gpu, preset)
     same_kind = [g for g in report.gpus if gpu is not None and g.name == gpu.name]
     if len(same_kind) > 1:
-        rec.notes.append(f"{len(same_kind)} x {gpu.name if gpu else ''}: train on all with "
-                         f"--set world.gpus_per_node={len(same_kind)} (batch per GPU, LR scales with the total)")
+        rec.notes.append(f"{len(same_kind)} x {gpu.name if gpu else ''}: train on all of them with "
+                         f"`fasttrain train --nproc-per-node {len(same_kind)}` (DDP, one process per GPU; batch per "
+                         "GPU, LR scales with the total)")
     if gpu is None and report.gpus:
         rec.notes.append("an NVIDIA GPU is present but torch cannot use it: fix that first (see findings), "
                          "then run doctor again")
