@@ -32,7 +32,7 @@ class EpochSampler:
 
     @property
     def num_samples(self) -> int:
-        """Indices this rank sees in a whole epoch (all ranks see the same number)."""
+        """Indices this rank sees in a whole epoch (the same on every rank, unless pad=False)."""
         if not self.pad:
             return len(range(self.rank, self.dataset_size, self.world))
         if self.drop_last:

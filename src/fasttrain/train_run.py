@@ -305,6 +305,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
                           resume=prep.resume_payload is not None) if main else None
     if dist is not None:
         run_dir = dist.broadcast(run_dir)
+    resume_cmd = resume_command(run_dir, plan, profile.world.nodes)
     saved_args = _args_to_save(args)
 
     def extra_state(consumed_batches: int) -> dict[str, Any]:
@@ -354,8 +355,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
         except KeyboardInterrupt:  # a second Ctrl-C: stop at once (exit 130), say what is left
             if runlog is not None:
                 runlog.close()
-            command = resume_command(run_dir, plan, profile.world.nodes)
-            good = f"the last good checkpoint is {trainer.last_good}; resume with: {command}" \
+            good = f"the last good checkpoint is {trainer.last_good}; resume with: {resume_cmd}" \
                 if trainer.last_good else "no checkpoint was written yet"
             print(f"fasttrain: interrupted: stopped at once, the step in flight is lost; {good}",
                   file=sys.stderr, flush=True)
@@ -372,7 +372,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
         summary.update(_faults(trainer, prep, bundle))
         summary["forecast"] = forecast
         if interrupted is not None:
-            summary.update(_interrupted(interrupted, resume_command(run_dir, plan, profile.world.nodes), trainer))
+            summary.update(_interrupted(interrupted, resume_cmd, trainer))
         if runlog is not None:
             runlog.write_summary(summary)
             runlog.close()

@@ -3,11 +3,14 @@ so this module, which cli.py imports, never imports torch)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from fasttrain.launch import DEFAULT_RDZV_TIMEOUT_S
+
+if TYPE_CHECKING:  # train_run is imported only when a command runs
+    from fasttrain.train_run import Prepared
 
 
 def register(app: typer.Typer) -> None:
@@ -115,14 +118,14 @@ def train_cmd(
         raise typer.Exit(summary["exit_code"])
 
 
-def _launch(prep: object) -> int:
+def _launch(prep: "Prepared") -> int:
     """Start the workers with this command line minus the launch flags; -> the job's exit code."""
     from fasttrain import launch
-    args, plan = prep.args, prep.plan  # type: ignore[attr-defined]
-    spec = args.launch
+    spec, plan = prep.args.launch, prep.plan
+    assert spec is not None
     threads = None
     if plan.device == "cpu":
-        threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)  # type: ignore[attr-defined]
+        threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)
     return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads)
 
 
