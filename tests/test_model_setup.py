@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.model_setup import keep_freed_memory
+from fasttrain.cpu_allocator import keep_freed_memory
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 

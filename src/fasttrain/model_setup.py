@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from fasttrain import cpu_allocator
 from fasttrain.plan import Plan
 
 
@@ -26,35 +27,6 @@ def cpu_threads(workers: int, cores: int | None = None) -> int:
     1 worker (benchmarks/cpu_settings.py, docs/benchmarks.md)."""
     cores = cores or len(os.sched_getaffinity(0))
     return max(1, cores - workers)
-
-
-# glibc mallopt() parameters (malloc.h) and the largest trim threshold it takes (an int, bytes).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_TRIM_THRESHOLD_MAX = 2**31 - 1
-
-
-def keep_freed_memory() -> str | None:
-    """Make glibc malloc keep the memory a training step frees for the next step (the CPU has no caching
-    allocator: every activation and gradient is a fresh malloc).
-
-    By default glibc mmaps each block above a threshold that moves with the process's history (a bigger
-    block freed earlier raises it) and hands freed heap tops back to the kernel, so every step faulted its
-    activations in again: 3,400-8,000 minor page faults and 7-20 ms of kernel time per 55-76 ms tiny_cnn@32
-    b64 step on the 2-core machine, different in every process; without them the step took 45-50 ms
-    (docs/benchmarks.md, `estimate --measure` vs train). Memory is still bounded by the steps' own peak.
-    Skipped off glibc and when the user tunes malloc (GLIBC_TUNABLES, MALLOC_*_). -> a note, or None."""
-    import ctypes
-    import platform
-    if platform.libc_ver()[0] != "glibc" or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "") \
-            or any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        ok = libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_MAX)
-    except (OSError, AttributeError):
-        return None
-    return ("CPU allocator: freed tensor memory kept for the next step (glibc: no mmap per block, no trim "
-            "below 2 GiB; GLIBC_TUNABLES=glibc.malloc.* overrides)") if ok else None
 
 
 def configure_backends(plan: Plan) -> list[str]:
@@ -73,7 +45,7 @@ def configure_backends(plan: Plan) -> list[str]:
         notes.append(f"CPU compute threads: {threads} (cores minus {plan.workers} loader workers; "
                      "OMP_NUM_THREADS overrides)")
     if plan.device == "cpu":
-        kept = keep_freed_memory()
+        kept = cpu_allocator.keep_freed_memory()
         if kept:
             notes.append(kept)
     return notes
