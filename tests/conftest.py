@@ -49,10 +49,15 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without FASTTRAIN_* settings (the shared cache stays), plus `extra`: for real children."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
+    env.update(extra or {})
+    return env
+
+
 def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
                    timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python -m fasttrain ARGS` in a real child process."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
-    full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "fasttrain", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or REPO, timeout=timeout)
+                          env=child_env(env), cwd=cwd or REPO, timeout=timeout)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_subprocess
+from conftest import child_env, run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, tiny_mlp, write_image_folder
 
 # A real model file in the run's folder (`--model nobn:net`): convolutions, no batch norm, whose batch
@@ -129,9 +129,7 @@ def _weights(root: Path, name: str) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def two_procs(work: Path) -> Path:
     """The reference 2-process run, started by torchrun itself: 2 x 4 images per step."""
-    full = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FASTTRAIN_")
-            or k == "FASTTRAIN_CACHE"}
-    full.update(ENV)
+    full = child_env(ENV)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "fasttrain", "train", *BASE, "--set", "loader.batch_size=4", "--run-name", "ddp"],
                           capture_output=True, text=True, env=full, cwd=work, timeout=300)
@@ -190,9 +188,7 @@ def test_a_rendezvous_that_does_not_form_is_a_clear_error(work: Path) -> None:
 def test_sigterm_to_the_launcher_reaches_every_worker(work: Path) -> None:
     """Preemption as a scheduler does it: SIGTERM to the process the user started (the agent), which passes it
     on; the workers stop at one agreed step, rank 0 writes the checkpoint, the command exits 0."""
-    full = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FASTTRAIN_")
-            or k == "FASTTRAIN_CACHE"}
-    full.update(ENV)
+    full = child_env(ENV)
     args = [a if a != "3" else "500" for a in BASE]  # long enough that the signal lands mid-run
     proc = subprocess.Popen([sys.executable, "-m", "fasttrain", "train", *args, "--set", "loader.batch_size=4",
                              "--nproc-per-node", "2", "--run-name", "agent"], cwd=work, env=full, text=True,

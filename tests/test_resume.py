@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, run_subprocess
+from conftest import REPO, child_env, run_subprocess
 from fasttrain import checkpoint as ck
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
@@ -45,8 +45,7 @@ def _train(root: Path, *args: str, env: dict[str, str] | None = None) -> subproc
 
 def _train_in_own_group(root: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Like _train, in a new session: a group-wide signal then reaches the run and its workers, not pytest."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
-    full.update({**ENV, **env})
+    full = child_env({**ENV, **env})
     return subprocess.run([sys.executable, "-m", "fasttrain", "train", *BASE, *args], capture_output=True,
                           text=True, env=full, cwd=root, timeout=240, start_new_session=True)
 
@@ -120,8 +119,7 @@ def test_second_ctrl_c_stops_at_once(work: Path) -> None:
 
 def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
     run = work / "runs" / "killed"
-    full = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
-    full.update({**ENV, "FASTTRAIN_TEST_SLOW_SAVE": "120"})  # replacing last.pt waits 120 s before the rename
+    full = child_env({**ENV, "FASTTRAIN_TEST_SLOW_SAVE": "120"})  # replacing last.pt waits 120 s before the rename
     child = subprocess.Popen([sys.executable, "-m", "fasttrain", "train", *BASE, "--run-name", "killed"],
                              cwd=work, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -84,9 +84,6 @@ class DistContext:
         dist.broadcast_object_list(box, src=0, group=self.control)
         return box[0]
 
-    def barrier(self) -> None:
-        dist.barrier(group=self.control)
-
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -51,10 +51,6 @@ class LaunchSpec:
     rdzv_endpoint: str | None = None
     rdzv_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
 
-    @property
-    def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
-
 
 @dataclass(frozen=True)
 class WorkerWorld:

@@ -21,7 +21,7 @@ from typing import Any
 
 from fasttrain import presets
 from fasttrain.errors import Problem, UserError
-from fasttrain.launch import LaunchSpec, WorkerWorld, world_flags, worker_world
+from fasttrain.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.presets import Resolved
 from fasttrain.report import HardwareReport
@@ -168,7 +168,6 @@ def prepare(args: TrainArgs) -> Prepared:
 
 
 def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
-    from fasttrain.launch import check_spec
     check_spec(spec)
     if world is not None and (spec.nproc_per_node, spec.nnodes) != (world.local_world_size, world.nodes):
         raise UserError([Problem("--nproc-per-node", f"this process is a torchrun worker of a job of {world.nodes} "
@@ -305,7 +304,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
                           resume=prep.resume_payload is not None) if main else None
     if dist is not None:
         run_dir = dist.broadcast(run_dir)
-    resume_cmd = resume_command(run_dir, plan, profile.world.nodes)
+    resume_cmd = resume_command(run_dir, profile.world.nodes, profile.world.gpus_per_node)
     saved_args = _args_to_save(args)
 
     def extra_state(consumed_batches: int) -> dict[str, Any]:
@@ -394,11 +393,11 @@ def _args_to_save(args: TrainArgs) -> dict[str, Any]:
     return saved
 
 
-def resume_command(run_dir: Path, plan: Plan | None = None, nodes: int = 1) -> str:
+def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
     """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
     command = f"fasttrain train --resume {shlex.quote(str(run_dir))}"
-    if plan is not None and plan.world_size > 1:
-        command += f" --nproc-per-node {plan.world_size // max(1, nodes)}"
+    if nodes * per_node > 1:
+        command += f" --nproc-per-node {per_node}"
         if nodes > 1:
             command += f" --nnodes {nodes} --node-rank R --rdzv-endpoint HOST:PORT"
     return command
