@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 
 
 def test_lr_scales_linearly_with_total_batch() -> None:

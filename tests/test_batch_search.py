@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fasttrain import batch_search as bs
-from fasttrain.errors import JobFailed, UserError
+from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profile import LoaderSpec, OptimSpec, Profile
 from fasttrain.report import CpuInfo, HardwareReport, MemoryInfo

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fasttrain import checkpoint as ck
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from loop_helpers import tiny_mlp
 
 

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from fasttrain import cost
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 
 NETS = """
 import torch.nn as nn

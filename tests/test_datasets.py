@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fasttrain.datasets import BadSample, SyntheticBatches, build_datasets
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from fasttrain.profile import AugmentSpec
 from image_tree import write_corrupt, write_png, write_tree
 

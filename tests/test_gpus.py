@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fasttrain import gpus
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gpus.csv"  # shared/ sits beside the repo
 

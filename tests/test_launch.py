@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fasttrain import launch
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from fasttrain.launch import LaunchSpec
 from loop_helpers import FIXTURES
 

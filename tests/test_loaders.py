@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fasttrain.datasets import build_datasets
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from fasttrain.loaders import build_loaders
 from fasttrain.plan import Plan
 from fasttrain.profile import AugmentSpec

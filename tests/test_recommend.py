@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fasttrain import presets
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from fasttrain.profile_writer import profile_text, write_profile
 from fasttrain.recommend import batch_for_vram, best_preset, recommend
 from fasttrain.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fasttrain import presets
-from fasttrain.errors import UserError
+from fasttrain.core.errors import UserError
 from fasttrain.profile import Profile
 from fasttrain.runlog import RunLog, new_run_dir, read_metrics
 

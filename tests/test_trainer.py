@@ -225,7 +225,7 @@ def test_fp16_overflow_step_is_skipped_and_reported() -> None:
 
 
 def test_diverged_training_fails_the_job() -> None:
-    from fasttrain.errors import JobFailed
+    from fasttrain.core.errors import JobFailed
     plan, profile = cpu_plan(optim={**SGD_PLAIN})
     x, y = _batches(1, 4)[0]
     with pytest.raises(JobFailed, match="diverged"):

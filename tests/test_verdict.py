@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain import presets, verdict
 from fasttrain.plan import make_plan
 from fasttrain.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttrain import arithmetic as ar
-from fasttrain.errors import JobFailed, Problem, UserError
+from fasttrain.core import arithmetic as ar
+from fasttrain.core.errors import JobFailed, Problem, UserError
 
 # Fraction taken off the largest size that ran. The search runs on random tensors for two steps; a real run
 # also meets allocator fragmentation after hours, cuDNN workspaces that vary with the algorithm picked,

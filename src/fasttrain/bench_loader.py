@@ -197,7 +197,7 @@ def profile_yaml(extends: str, choice: Point, note: str) -> str:
 
 
 def _gib(n: float) -> str:
-    from fasttrain.arithmetic import human_bytes
+    from fasttrain.core.arithmetic import human_bytes
 
     return human_bytes(n)
 

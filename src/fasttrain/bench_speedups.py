@@ -338,7 +338,7 @@ def bench_speedups(profile: Any, report: Any, model_factory: Callable[[], Any], 
                             warmup_steps=warmup_steps)
         if isinstance(c, Skipped):
             if v.name == BASELINE:
-                from fasttrain.errors import JobFailed
+                from fasttrain.core.errors import JobFailed
 
                 raise JobFailed(f"the fp32 baseline does not run: {c.reason}")
             skipped.append(c)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 FORMAT = "fasttrain-checkpoint"
 FORMAT_VERSION = 1

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from fasttrain import launch
-from fasttrain.errors import JobFailed, UserError
+from fasttrain.core.errors import JobFailed, UserError
 
 app = typer.Typer(
     name="fasttrain",

@@ -13,7 +13,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 # Batches of the two meta passes: 2, not 1, because BatchNorm refuses one value per channel in training mode.
 PROBE_BATCHES = (2, 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 # Scan at most this many samples to find the labels of a dataset that has no `targets`/`classes` attribute.
 LABEL_SCAN_LIMIT = 100_000

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain import verdict as vd
 from fasttrain.plan import Plan
 from fasttrain.report import HardwareReport

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.profile import AugmentSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.

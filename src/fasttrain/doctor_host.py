@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding, gib, training_gpu
 
 VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)

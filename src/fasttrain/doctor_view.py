@@ -10,11 +10,11 @@ from typing import Any
 from rich.panel import Panel
 from rich.table import Table
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain.doctor_gpu import cudnn_text
 from fasttrain.findings import Finding
 from fasttrain.recommend import Recommendation
-from fasttrain.render import console
+from fasttrain.core.console import console
 from fasttrain.report import HardwareReport
 
 STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain.calibration import DeviceCeilings
 from fasttrain.plan import Plan
 from fasttrain.profile import Profile

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain import calibration, gpus
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate import Forecast, LoaderSample, forecast
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profile import Profile

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasttrain.arithmetic import human_bytes
+from fasttrain.core.arithmetic import human_bytes
 from fasttrain.estimate import Forecast
 
 

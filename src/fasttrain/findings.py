@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain.profile import Profile
 from fasttrain.report import GpuInfo, HardwareReport
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from fasttrain.errors import Problem, UserError
-from fasttrain.suggest import close_matches
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.suggest import close_matches
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})
 VAL_DIR_NAMES = ("val", "validation")

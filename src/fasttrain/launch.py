@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 # Flags this module consumes; workers get the command line without them (name -> takes a value).
 LAUNCH_FLAGS = {"--nproc-per-node": True, "--nnodes": True, "--node-rank": True, "--rdzv-endpoint": True,

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate import LoaderSample
 from fasttrain.profile import AugmentSpec
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fasttrain.datasets import BadSample, DataBundle
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.plan import Plan
 from fasttrain.sampler import EpochSampler
 

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from fasttrain.errors import Problem, UserError
-from fasttrain.suggest import did_you_mean
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.suggest import did_you_mean
 
 
 def _builtin() -> dict[str, Callable[..., Any]]:

@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fasttrain.errors import Problem, Problems, UserError
+from fasttrain.core.errors import Problem, Problems, UserError
 from fasttrain.profile import SECTIONS, Profile, all_dotted_keys, known_keys
 from fasttrain.profile_rules import check_cross_fields
-from fasttrain.suggest import did_you_mean
+from fasttrain.core.suggest import did_you_mean
 
 ENV_PREFIX = "FASTTRAIN_"
 MAX_EXTENDS_DEPTH = 8

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 
 Precision = Literal["fp32", "fp16-mixed", "bf16-mixed"]
 Optimizer = Literal["sgd", "adamw", "adam"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fasttrain import arithmetic as ar
-from fasttrain.errors import Problems
+from fasttrain.core import arithmetic as ar
+from fasttrain.core.errors import Problems
 from fasttrain.profile import Profile
 
 _DEFAULTS = Profile()

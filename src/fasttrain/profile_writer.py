@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from fasttrain import presets
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.recommend import Recommendation
 from fasttrain.report import HardwareReport
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from fasttrain import arithmetic as ar
+from fasttrain.core import arithmetic as ar
 from fasttrain import presets
 from fasttrain.findings import training_gpu
 from fasttrain.profile import HardwareSpec, Profile

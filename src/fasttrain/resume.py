@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.checkpoint import candidates, load
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 
 def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Path, dict[str, Any], list[Path]]:

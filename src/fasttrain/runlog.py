@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 METRICS_FILE = "metrics.jsonl"
 PROFILE_FILE = "profile.yaml"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain import presets
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.presets import Resolved

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from fasttrain.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
-from fasttrain.errors import JobFailed, Problem, UserError
+from fasttrain.core.errors import JobFailed, Problem, UserError
 from fasttrain.model_setup import CompileGuard, prepare_model
 from fasttrain.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan

@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import typer
 
-from fasttrain.errors import Problem, UserError
-from fasttrain.render import console, print_json
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.console import console, print_json
 
 bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
                              "buys, the largest batch that fits.", no_args_is_help=True)
@@ -87,7 +87,7 @@ def _save(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> P
 def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None:
     if not value:
         return None
-    from fasttrain.suggest import did_you_mean
+    from fasttrain.core.suggest import did_you_mean
 
     names = [n.strip() for n in value.split(",") if n.strip()]
     bad = [n for n in names if n not in allowed]
@@ -222,7 +222,7 @@ def batch_cmd(
         return
     from rich.table import Table
 
-    from fasttrain.arithmetic import human_bytes
+    from fasttrain.core.arithmetic import human_bytes
 
     con = console()
     search = auto.search
@@ -347,7 +347,7 @@ def loader_cmd(
 def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, path: Path) -> None:
     from rich.table import Table
 
-    from fasttrain.arithmetic import human_bytes
+    from fasttrain.core.arithmetic import human_bytes
     from fasttrain.bench_speedups import claims_text, load_claims
 
     con = console()

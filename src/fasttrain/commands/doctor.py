@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -89,7 +89,7 @@ def doctor_cmd(
         from fasttrain.profile_writer import write_profile as write
         written = write(rec, report, write_profile, force=force)
     if as_json:
-        from fasttrain.render import print_json
+        from fasttrain.core.console import print_json
         print_json({
             "report": report.model_dump(mode="json"),
             "findings": [f.to_dict() for f in findings],

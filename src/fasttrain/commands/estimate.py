@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from fasttrain.errors import Problem, UserError
+from fasttrain.core.errors import Problem, UserError
 
 COMPARE_KINDS = ("presets", "gpus")
 
@@ -83,11 +83,11 @@ def estimate_cmd(
         rows = g.compare_rows(what or "presets", prof, req, local)
         payload["compare"] = {"kind": what or "presets", "rows": rows}
     if as_json:
-        from fasttrain.render import print_json
+        from fasttrain.core.console import print_json
         print_json(payload)
         return
     from fasttrain import estimate_render as r
-    from fasttrain.render import console
+    from fasttrain.core.console import console
     out = console()
     r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
                                f"({'as the profile describes it' if target.where == 'profile' else target.where}); "

@@ -5,9 +5,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from fasttrain import arithmetic as ar
-from fasttrain.errors import Problem, UserError
-from fasttrain.render import console, print_json
+from fasttrain.core import arithmetic as ar
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.console import console, print_json
 
 if TYPE_CHECKING:
     from fasttrain.profile import Profile

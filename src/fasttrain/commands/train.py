@@ -78,12 +78,12 @@ def train_cmd(
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain import train_run
     from fasttrain.launch import LaunchSpec
-    from fasttrain.render import console, print_json
+    from fasttrain.core.console import console, print_json
 
     given = _given(ctx)
     multi = {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout"} & given
     if multi and nproc_per_node is None:
-        from fasttrain.errors import Problem, UserError
+        from fasttrain.core.errors import Problem, UserError
         raise UserError([Problem("--" + sorted(multi)[0].replace("_", "-"), "only means something with "
                                  "--nproc-per-node", "add --nproc-per-node N (processes on this machine)")])
     launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
