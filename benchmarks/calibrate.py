@@ -30,7 +30,8 @@ REFERENCE = ROOT / "benchmarks" / "reference_throughput.csv"
 OUTPUT = ROOT / "src" / "fasttrain" / "data" / "calibration.json"
 sys.path.insert(0, str(ROOT / "src"))
 
-from fasttrain import calibration, gpus  # noqa: E402
+from fasttrain import calibration  # noqa: E402
+from fasttrain.hardware import gpus  # noqa: E402
 from fasttrain.roofline import Ceilings, OpTable, step_time  # noqa: E402
 
 # Factors nothing published can fit: stated, not fitted (see docs/estimate.md).

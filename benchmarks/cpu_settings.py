@@ -29,7 +29,7 @@ from fasttrain.models import create_model
 from fasttrain.plan import make_plan
 from fasttrain.presets import resolve
 from fasttrain.sampler import EpochSampler
-from fasttrain.hardware import probe
+from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Trainer
 from fasttrain.step import window_length
 

@@ -35,7 +35,7 @@ from fasttrain.launch import WorkerWorld  # noqa: E402
 from fasttrain.models import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.presets import resolve  # noqa: E402
-from fasttrain.hardware import probe  # noqa: E402
+from fasttrain.hardware.probe import probe  # noqa: E402
 from fasttrain.trainer import Trainer  # noqa: E402
 
 TARGET = 0.95

@@ -32,7 +32,7 @@ from fasttrain.presets import resolve
 from fasttrain.runlog import RunLog
 from fasttrain.telemetry import Telemetry
 from fasttrain.tiny_models import tiny_cnn
-from fasttrain.hardware import probe
+from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Collaborators, Trainer
 
 

@@ -26,7 +26,7 @@ from rich.console import Console
 from fasttrain import presets
 from fasttrain.dashboard import REFRESH_PER_SECOND, Dashboard
 from fasttrain.plan import make_plan
-from fasttrain.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.runlog import RunLog
 from fasttrain.telemetry import StepRecord, Telemetry
 

@@ -9,7 +9,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def cpu_report() -> Any:
-    from fasttrain.report import HardwareReport
+    from fasttrain.hardware.report import HardwareReport
     return HardwareReport.model_validate(json.loads((FIXTURES / "reports" / "cpu_only.json").read_text()))
 
 

@@ -12,7 +12,7 @@ from fasttrain import batch_search as bs
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profile import LoaderSpec, OptimSpec, Profile
-from fasttrain.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 
 CPU_REPORT = HardwareReport(cpu=CpuInfo(logical_cores=2),
                             memory=MemoryInfo(ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30))

@@ -8,7 +8,7 @@ import pytest
 
 from fasttrain import bench_speedups as bsp
 from fasttrain.profile import LoaderSpec, Profile
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 

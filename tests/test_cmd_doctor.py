@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 

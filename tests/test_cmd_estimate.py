@@ -99,7 +99,7 @@ def test_compare_presets_one_sorted_row_each(cli) -> None:
 
 
 def test_compare_gpus_covers_the_spec_file(cli) -> None:
-    from fasttrain import gpus
+    from fasttrain.hardware import gpus
     d = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--compare", "gpus", "--json"))
     assert d["compare"]["kind"] == "gpus"
     assert sorted(r["name"] for r in d["compare"]["rows"]) == sorted(gpus.gpu_names())
@@ -122,7 +122,8 @@ def test_data_dir_counts_images_and_measures_the_loader(cli, tmp_path) -> None:
 
 
 def test_default_profile_is_the_one_that_fits_this_machine(cli) -> None:
-    from fasttrain import hardware, recommend
+    from fasttrain import recommend
+    from fasttrain.hardware import probe as hardware
     d = _json(cli("estimate", *TINY, "--json"))
     assert d["profile"] == recommend.best_preset(hardware.probe())
 

@@ -12,7 +12,7 @@ from fasttrain import dashboard as db
 from fasttrain import presets
 from fasttrain.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
-from fasttrain.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.telemetry import StepRecord, Telemetry
 
 ESC = re.compile(r"\x1b|\[\d+m")

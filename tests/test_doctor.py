@@ -8,7 +8,7 @@ import pytest
 
 from fasttrain import doctor, presets
 from fasttrain.findings import Finding
-from fasttrain.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
+from fasttrain.hardware.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 ALL = sorted(p.stem for p in REPORTS.glob("*.json"))

@@ -10,7 +10,7 @@ from fasttrain.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
 from fasttrain.cost import ModelCost, OpCost
 from fasttrain.estimate import LoaderSample, forecast, memory_budget, optimizer_state_bytes
 from fasttrain.estimate_gather import gpu_report
-from fasttrain.gpus import get_gpu
+from fasttrain.hardware.gpus import get_gpu
 from fasttrain.plan import make_plan
 from fasttrain.roofline import Ceilings, OpTable, step_time
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import gpus
+from fasttrain.hardware import gpus
 from fasttrain.core.errors import UserError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gpus.csv"  # shared/ sits beside the repo

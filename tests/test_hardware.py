@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import hardware
-from fasttrain.hardware_disk import read_throughput, sample_files
-from fasttrain.hardware_nvml import cuda_version_string, decode_throttle_reasons
-from fasttrain.hardware_torch import compile_support, cudnn_int, read_version_file, static_info
-from fasttrain.report import GpuInfo, HardwareReport, TorchInfo
+from fasttrain.hardware import probe as hardware
+from fasttrain.hardware.disk import read_throughput, sample_files
+from fasttrain.hardware.nvml import cuda_version_string, decode_throttle_reasons
+from fasttrain.hardware.torch_build import compile_support, cudnn_int, read_version_file, static_info
+from fasttrain.hardware.report import GpuInfo, HardwareReport, TorchInfo
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +228,7 @@ def _child(code: str):
 
 def test_a_torch_that_crashes_on_import_becomes_a_finding() -> None:
     from fasttrain import doctor
-    from fasttrain.hardware_torch import finish_child, merge_child
+    from fasttrain.hardware.torch_build import finish_child, merge_child
 
     seen, error = finish_child(_child("raise ImportError('libcudnn.so.9: cannot open shared object file')"))
     assert seen is None and "libcudnn.so.9" in error
@@ -239,14 +239,14 @@ def test_a_torch_that_crashes_on_import_becomes_a_finding() -> None:
 
 
 def test_a_hanging_torch_import_is_cut_off() -> None:
-    from fasttrain.hardware_torch import finish_child
+    from fasttrain.hardware.torch_build import finish_child
 
     seen, error = finish_child(_child("import time; time.sleep(30)"), timeout=0.5)
     assert seen is None and "did not finish" in error
 
 
 def test_the_child_reports_one_json_line() -> None:
-    from fasttrain.hardware_torch import finish_child
+    from fasttrain.hardware.torch_build import finish_child
 
     seen, error = finish_child(_child('print("noise"); print(\'{"version": "9.9", "cuda_available": false}\')'))
     assert error is None and seen == {"version": "9.9", "cuda_available": False}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from fasttrain.hardware_nvml import probe_nvml
+from fasttrain.hardware.nvml import probe_nvml
 
 MiB = 2**20
 

@@ -103,7 +103,7 @@ def test_one_process_per_gpu_and_no_more() -> None:
     """The rule, against a hand-built report of a 4 x A10G machine (no GPU here)."""
     from fasttrain import presets
     from fasttrain.plan import make_plan
-    from fasttrain.report import HardwareReport
+    from fasttrain.hardware.report import HardwareReport
     from fasttrain.train_run import _check_world
     report = HardwareReport.model_validate_json((FIXTURES / "reports" / "a10g_x4.json").read_text())
     for procs in (1, 4, 5):

@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 from fasttrain import presets
 from fasttrain.plan import make_plan
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 
 def report(name: str, **torch_fields: object) -> HardwareReport:

@@ -11,7 +11,7 @@ from fasttrain import presets
 from fasttrain.core.errors import UserError
 from fasttrain.profile_writer import profile_text, write_profile
 from fasttrain.recommend import batch_for_vram, best_preset, recommend
-from fasttrain.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.hardware.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 ALL = sorted(p.stem for p in REPORTS.glob("*.json"))

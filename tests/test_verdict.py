@@ -6,7 +6,7 @@ import pytest
 from fasttrain.core import arithmetic as ar
 from fasttrain import presets, verdict
 from fasttrain.plan import make_plan
-from fasttrain.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 from fasttrain.telemetry import StepRecord, Telemetry
 
 GIB = 2**30

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fasttrain.gpus import GpuSpec
+from fasttrain.hardware.gpus import GpuSpec
 from fasttrain.roofline import Ceilings
 
 

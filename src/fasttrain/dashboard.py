@@ -17,7 +17,7 @@ from typing import Any, Callable, TextIO
 from fasttrain.core import arithmetic as ar
 from fasttrain import verdict as vd
 from fasttrain.plan import Plan
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.

@@ -19,7 +19,7 @@ from fasttrain import doctor_gpu as g
 from fasttrain import doctor_host as h
 from fasttrain.findings import Context, Finding
 from fasttrain.profile import Profile
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 Rule = Callable[[Context], "Finding | None"]
 
@@ -51,7 +51,7 @@ def _feed_targets() -> tuple[tuple[str, float, str], ...]:
 
 def published_images_per_s(gpu_name: str) -> tuple[float, str] | None:
     """The published training rate for this GPU (via gpus.find_gpu), or None when the file has no row for it."""
-    from fasttrain.gpus import find_gpu
+    from fasttrain.hardware.gpus import find_gpu
     spec = find_gpu(gpu_name)
     if spec is None:
         return None

@@ -15,7 +15,7 @@ from fasttrain.doctor_gpu import cudnn_text
 from fasttrain.findings import Finding
 from fasttrain.recommend import Recommendation
 from fasttrain.core.console import console
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
 

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import calibration, gpus
+from fasttrain import calibration
+from fasttrain.hardware import gpus
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate import Forecast, LoaderSample, forecast
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profile import Profile
-from fasttrain.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
 
@@ -82,7 +83,7 @@ def gpu_report(profile: Profile, spec: gpus.GpuSpec, vram_bytes: int) -> Hardwar
 
 
 def local_report() -> HardwareReport:
-    from fasttrain import hardware
+    from fasttrain.hardware import probe as hardware
     return hardware.probe()
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.profile import Profile
-from fasttrain.report import GpuInfo, HardwareReport
+from fasttrain.hardware.report import GpuInfo, HardwareReport
 
 Status = Literal["ok", "warn", "fail"]
 

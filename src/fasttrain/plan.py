@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.profile import Profile
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 
 @dataclass

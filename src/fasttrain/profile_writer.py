@@ -14,7 +14,7 @@ import yaml
 from fasttrain import presets
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.recommend import Recommendation
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 
 def _scalar(value: Any) -> str:

@@ -19,7 +19,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain import presets
 from fasttrain.findings import training_gpu
 from fasttrain.profile import HardwareSpec, Profile
-from fasttrain.report import GpuInfo, HardwareReport
+from fasttrain.hardware.report import GpuInfo, HardwareReport
 
 CPU_PRESET = "cpu"
 

@@ -24,7 +24,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.presets import Resolved
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 # Model used when --model is not given, by kind of data.
 DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
@@ -81,7 +81,7 @@ class Prepared:
 
 
 def probe() -> HardwareReport:
-    from fasttrain.hardware import probe as hardware_probe
+    from fasttrain.hardware.probe import probe as hardware_probe
     return hardware_probe()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
-from fasttrain.report import HardwareReport
+from fasttrain.hardware.report import HardwareReport
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
 # judging them would call every run input- or compute-bound for the wrong reason.

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
     """(HardwareReport, resolved Profile, profile ref) for this machine."""
     from fasttrain import presets
-    from fasttrain.hardware import probe
+    from fasttrain.hardware.probe import probe
 
     if image_size is not None and image_size < 8:
         raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])

@@ -22,7 +22,7 @@ def load_report(path: Path) -> Any:
     """A recorded HardwareReport: a bare report, or the whole `doctor --json` output (its "report" key)."""
     from pydantic import ValidationError
 
-    from fasttrain.report import HardwareReport
+    from fasttrain.hardware.report import HardwareReport
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -69,7 +69,8 @@ def doctor_cmd(
                                                help="Judge a recorded report instead of this machine."),
 ) -> None:
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
-    from fasttrain import doctor, hardware
+    from fasttrain import doctor
+    from fasttrain.hardware import probe as hardware
     from fasttrain.recommend import recommend
 
     if report_from is not None and data is not None:

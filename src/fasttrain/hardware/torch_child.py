@@ -1,4 +1,4 @@
-"""Run as `python -m fasttrain._torch_child`: import torch, print what it sees as one JSON line.
+"""Run as `python -m fasttrain.hardware.torch_child`: import torch, print what it sees as one JSON line.
 
 The doctor runs this in a child process, for three reasons: `import torch` (~2.5 s) then overlaps the
 other probes; a torch that crashes or hangs while loading CUDA becomes a finding, not a dead doctor;

@@ -4,7 +4,7 @@
 - static_info() reads torch/version.py (written when the wheel was built: version, CUDA, HIP) and the
   versions of the nvidia-cudnn / nvidia-nccl wheels it loads. Milliseconds. Where there is no NVIDIA
   device node and NVML sees no GPU, CUDA cannot be available, and this is the whole answer.
-- start_child() / finish_child() run `python -m fasttrain._torch_child` (which imports torch) in a child
+- start_child() / finish_child() run `python -m fasttrain.hardware.torch_child` (which imports torch) in a child
   process while the other probes run, when a GPU is present: device count, compute capability, cuDNN
   as loaded. A crash or hang there is reported as import_error, never raised.
 compile_support() says whether torch.compile can work, without compiling anything.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fasttrain.report import TorchInfo
+from fasttrain.hardware.report import TorchInfo
 
 CHILD_TIMEOUT_S = 60.0  # CUDA initialisation on an 8-GPU machine can take tens of seconds
 
@@ -134,7 +134,7 @@ def _safe_version(dist: str) -> str | None:
 
 def start_child() -> subprocess.Popen[str]:
     """Begin `import torch` in a child process; collect it with finish_child()."""
-    return subprocess.Popen([sys.executable, "-m", "fasttrain._torch_child"], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "fasttrain.hardware.torch_child"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 

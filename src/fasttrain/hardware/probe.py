@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 
 from fasttrain import __version__
-from fasttrain.hardware_disk import free_space, read_throughput
-from fasttrain.hardware_nvml import probe_nvml
-from fasttrain.hardware_torch import compile_support, finish_child, merge_child, start_child, static_info
-from fasttrain.report import CpuInfo, DiskInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.hardware.disk import free_space, read_throughput
+from fasttrain.hardware.nvml import probe_nvml
+from fasttrain.hardware.torch_build import compile_support, finish_child, merge_child, start_child, static_info
+from fasttrain.hardware.report import CpuInfo, DiskInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 SHM_PATH = Path("/dev/shm")
 # Environment variables that change how training runs (shown by doctor; some have rules).
@@ -167,7 +167,7 @@ def _process_name(pid: int) -> str:
 def table_capability(name: str) -> str | None:
     """Compute capability from data/gpus.csv (gpus.py) when neither NVML nor torch gave it."""
     try:
-        from fasttrain.gpus import find_gpu
+        from fasttrain.hardware.gpus import find_gpu
         spec = find_gpu(name)
     except Exception:  # the spec file is optional here: a missing one only loses this fallback
         return None
@@ -199,9 +199,9 @@ def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | N
 
 def _ask_loaded_torch() -> tuple[dict | None, str | None]:
     """What the torch already imported in this process sees (same answer as the child, without 2.5 s)."""
-    from fasttrain import _torch_child
+    from fasttrain.hardware import torch_child
     try:
-        return _torch_child.collect(), None
+        return torch_child.collect(), None
     except Exception as exc:  # a broken CUDA setup raising on first use
         return None, f"torch: {type(exc).__name__}: {exc}"
 
@@ -252,7 +252,7 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
 def record(path: Path, data_dir: Path | None = None) -> HardwareReport:
     """Probe this machine and write the bare report as a fixture file (tests/fixtures/reports/<name>.json).
 
-    `python -m fasttrain.hardware FILE.json` does the same; so does `fasttrain doctor --json > FILE.json`
+    `python -m fasttrain.hardware.probe FILE.json` does the same; so does `fasttrain doctor --json > FILE.json`
     (doctor --report-from and the tests read both forms).
     """
     import json
@@ -263,5 +263,5 @@ def record(path: Path, data_dir: Path | None = None) -> HardwareReport:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m fasttrain.hardware FILE.json   (records this machine's HardwareReport)")
+        sys.exit("usage: python -m fasttrain.hardware.probe FILE.json   (records this machine's HardwareReport)")
     print(f"recorded {record(Path(sys.argv[1])).model_dump()['hostname']} -> {sys.argv[1]}")

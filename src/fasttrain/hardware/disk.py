@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fasttrain.report import DiskInfo
+from fasttrain.hardware.report import DiskInfo
 
 MAX_FILES = 200
 MAX_SECONDS = 2.0

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fasttrain.report import GpuInfo, GpuProcess
+from fasttrain.hardware.report import GpuInfo, GpuProcess
 
 # NVML's nvmlClocksThrottleReason* / nvmlClocksEventReason* bits (nvml.h; the ABI is stable).
 THROTTLE_BITS: tuple[tuple[int, str], ...] = (
