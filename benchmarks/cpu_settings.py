@@ -27,7 +27,7 @@ from fasttrain.loaders import build_loaders
 from fasttrain.model_setup import cpu_threads
 from fasttrain.models import create_model
 from fasttrain.plan import make_plan
-from fasttrain.presets import resolve
+from fasttrain.profiles.presets import resolve
 from fasttrain.sampler import EpochSampler
 from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Trainer

@@ -34,7 +34,7 @@ from fasttrain import distributed  # noqa: E402
 from fasttrain.launch import WorkerWorld  # noqa: E402
 from fasttrain.models import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
-from fasttrain.presets import resolve  # noqa: E402
+from fasttrain.profiles.presets import resolve  # noqa: E402
 from fasttrain.hardware.probe import probe  # noqa: E402
 from fasttrain.trainer import Trainer  # noqa: E402
 

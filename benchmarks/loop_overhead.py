@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from fasttrain.dashboard import Dashboard
 from fasttrain.optim import param_groups
 from fasttrain.plan import make_plan
-from fasttrain.presets import resolve
+from fasttrain.profiles.presets import resolve
 from fasttrain.runlog import RunLog
 from fasttrain.telemetry import Telemetry
 from fasttrain.tiny_models import tiny_cnn

@@ -16,7 +16,7 @@ def cpu_report() -> Any:
 def cpu_plan(**sections: dict[str, Any]) -> tuple[Any, Any]:
     """(plan, profile) for the CPU from Profile defaults plus `sections`, e.g. speed={"precision": "fp32"}."""
     from fasttrain.plan import make_plan
-    from fasttrain.profile import Profile
+    from fasttrain.profiles.schema import Profile
     data = {"loader": {"batch_size": 4, "num_workers": 0, "image_size": 16}, **sections}
     profile = Profile.model_validate(data)
     report = cpu_report()

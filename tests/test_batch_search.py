@@ -11,7 +11,7 @@ from torch import nn
 from fasttrain import batch_search as bs
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
-from fasttrain.profile import LoaderSpec, OptimSpec, Profile
+from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 
 CPU_REPORT = HardwareReport(cpu=CpuInfo(logical_cores=2),
@@ -174,7 +174,7 @@ def test_resolve_auto_batch_runs_once_then_hits_the_cache(tmp_path, monkeypatch)
 
 
 def test_auto_flags_re_resolve_into_a_plan_with_the_new_batch() -> None:
-    from fasttrain import presets
+    from fasttrain.profiles import presets
 
     res = presets.resolve("cpu", env={}, flags=bs.auto_flags(16, 4))
     plan = make_plan(res.profile, CPU_REPORT)

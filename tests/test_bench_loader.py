@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fasttrain import bench_loader as bl
-from fasttrain import presets
+from fasttrain.profiles import presets
 
 MIB = 2**20
 

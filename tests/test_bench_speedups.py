@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fasttrain import bench_speedups as bsp
-from fasttrain.profile import LoaderSpec, Profile
+from fasttrain.profiles.schema import LoaderSpec, Profile
 from fasttrain.hardware.report import HardwareReport
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"

@@ -82,7 +82,7 @@ def test_loader_sweep_on_a_tiny_folder_writes_a_valid_profile(cli, tmp_path: Pat
             "speedup_over_0_workers", "profile_written", "kind", "machine"} <= set(data)
     assert [(p["workers"], p["prefetch"]) for p in data["points"]] == [(0, None), (1, 2)]
     assert data["training"]["keeps_up"] is None
-    from fasttrain import presets
+    from fasttrain.profiles import presets
 
     prof = presets.resolve(str(written), env={}).profile
     assert prof.loader.num_workers == data["recommended"]["workers"] == 1

@@ -87,7 +87,7 @@ def test_an_image_size_the_model_cannot_take_exits_2(cli, tmp_path, monkeypatch)
 
 
 def test_compare_presets_one_sorted_row_each(cli) -> None:
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     d = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--compare", "--json"))
     rows = d["compare"]["rows"]
     assert d["compare"]["kind"] == "presets"
@@ -122,7 +122,7 @@ def test_data_dir_counts_images_and_measures_the_loader(cli, tmp_path) -> None:
 
 
 def test_default_profile_is_the_one_that_fits_this_machine(cli) -> None:
-    from fasttrain import recommend
+    from fasttrain.profiles import recommend
     from fasttrain.hardware import probe as hardware
     d = _json(cli("estimate", *TINY, "--json"))
     assert d["profile"] == recommend.best_preset(hardware.probe())

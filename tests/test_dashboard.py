@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from fasttrain import dashboard as db
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo

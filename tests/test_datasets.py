@@ -9,7 +9,7 @@ import pytest
 
 from fasttrain.datasets import BadSample, SyntheticBatches, build_datasets
 from fasttrain.core.errors import UserError
-from fasttrain.profile import AugmentSpec
+from fasttrain.profiles.schema import AugmentSpec
 from image_tree import write_corrupt, write_png, write_tree
 
 AUG = AugmentSpec(random_resized_crop_scale=(0.6, 1.0))

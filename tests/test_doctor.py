@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import doctor, presets
+from fasttrain import doctor
+from fasttrain.profiles import presets
 from fasttrain.findings import Finding
 from fasttrain.hardware.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
 

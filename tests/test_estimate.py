@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
 from fasttrain.cost import ModelCost, OpCost
 from fasttrain.estimate import LoaderSample, forecast, memory_budget, optimizer_state_bytes

@@ -31,7 +31,7 @@ def test_a_memory_size_is_never_dropped_to_match() -> None:
 
 
 def test_every_shipped_profile_gpu_is_in_the_spec_file() -> None:
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     for name in presets.preset_names():
         gpu = presets.resolve_file_only(name).profile.hardware.gpu
         assert gpu is None or gpus.find_gpu(gpu) is not None, name

@@ -101,7 +101,7 @@ def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:  # noqa: ANN001
 
 def test_one_process_per_gpu_and_no_more() -> None:
     """The rule, against a hand-built report of a 4 x A10G machine (no GPU here)."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     from fasttrain.plan import make_plan
     from fasttrain.hardware.report import HardwareReport
     from fasttrain.train_run import _check_world

@@ -11,7 +11,7 @@ from fasttrain.datasets import build_datasets
 from fasttrain.core.errors import UserError
 from fasttrain.loaders import build_loaders
 from fasttrain.plan import Plan
-from fasttrain.profile import AugmentSpec
+from fasttrain.profiles.schema import AugmentSpec
 from fasttrain.sampler import EpochSampler
 from image_tree import write_corrupt, write_tree
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fasttrain.optim import LRSchedule, build_optimizer, lr_at, param_groups
-from fasttrain.profile import OptimSpec
+from fasttrain.profiles.schema import OptimSpec
 
 
 def _net() -> torch.nn.Module:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import FIXTURES
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import HardwareReport
 

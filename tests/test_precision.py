@@ -6,7 +6,7 @@ import torch
 
 from fasttrain.optim import LRSchedule, build_optimizer
 from fasttrain.precision import make_precision
-from fasttrain.profile import OptimSpec
+from fasttrain.profiles.schema import OptimSpec
 from fasttrain.step import StepEngine
 from loop_helpers import tiny_mlp
 

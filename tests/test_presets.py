@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
 
 SHIPPED = ["aws-a10g", "cpu", "gcp-v100", "kaggle-t4", "laptop-4060"]

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
-from fasttrain.profile_writer import profile_text, write_profile
-from fasttrain.recommend import batch_for_vram, best_preset, recommend
+from fasttrain.profiles.writer import profile_text, write_profile
+from fasttrain.profiles.recommend import batch_for_vram, best_preset, recommend
 from fasttrain.hardware.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.runlog import RunLog, new_run_dir, read_metrics
 
 

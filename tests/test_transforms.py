@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fasttrain.profile import AugmentSpec, OptimSpec
+from fasttrain.profiles.schema import AugmentSpec, OptimSpec
 from fasttrain.transforms import MEAN, make_mixup, train_transform, val_transform
 
 

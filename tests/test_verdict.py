@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import presets, verdict
+from fasttrain import verdict
+from fasttrain.profiles import presets
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 from fasttrain.telemetry import StepRecord, Telemetry

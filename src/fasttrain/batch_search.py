@@ -337,7 +337,7 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
     """The search for this plan and model, from the cache when it holds the same (model, size, precision,
     format, optimizer, device, torch version); otherwise run it and store it."""
     from fasttrain.models import create_model
-    from fasttrain.profile import OptimSpec
+    from fasttrain.profiles.schema import OptimSpec
 
     optim = optim or OptimSpec()
     device_name, torch_version = device_identity(plan)

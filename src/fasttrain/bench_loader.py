@@ -329,7 +329,7 @@ def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: i
 
 def write_profile(path: Path, extends: str, choice: Point, note: str) -> None:
     """Write the profile and check it resolves (presets.resolve) before leaving it on disk."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
 
     path = Path(path)
     if Path(extends).suffix in (".yaml", ".yml") and not Path(extends).is_absolute():

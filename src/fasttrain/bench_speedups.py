@@ -68,7 +68,7 @@ def baseline_plan(plan: Any, batch: int | None = None) -> Any:
 def _asked(profile: Any, report: Any, **speed: Any) -> Any:
     """The Plan for `profile` with these speed keys switched on: it says what really runs here and why not."""
     from fasttrain.plan import make_plan
-    from fasttrain.profile import Profile
+    from fasttrain.profiles.schema import Profile
 
     data = profile.model_dump()
     data["speed"] = {**data["speed"], **speed}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.profile import AugmentSpec
+from fasttrain.profiles.schema import AugmentSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
 SYNTHETIC_EPOCH_SAMPLES = 10_000

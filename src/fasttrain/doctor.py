@@ -18,7 +18,7 @@ from importlib import resources
 from fasttrain import doctor_gpu as g
 from fasttrain import doctor_host as h
 from fasttrain.findings import Context, Finding
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 
 Rule = Callable[[Context], "Finding | None"]

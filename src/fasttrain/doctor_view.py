@@ -13,7 +13,7 @@ from rich.table import Table
 from fasttrain.core import arithmetic as ar
 from fasttrain.doctor_gpu import cudnn_text
 from fasttrain.findings import Finding
-from fasttrain.recommend import Recommendation
+from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
 from fasttrain.hardware.report import HardwareReport
 

@@ -14,7 +14,7 @@ from typing import Any
 from fasttrain.core import arithmetic as ar
 from fasttrain.calibration import DeviceCeilings
 from fasttrain.plan import Plan
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.roofline import OPTIMIZER_STATES, OpTable, step_time
 
 

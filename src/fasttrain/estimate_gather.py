@@ -18,7 +18,7 @@ from fasttrain.hardware import gpus
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate import Forecast, LoaderSample, forecast
 from fasttrain.plan import Plan, make_plan
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
@@ -58,7 +58,7 @@ def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int
 
 
 def resolve_profile(ref: str, req: Request) -> Any:
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     flags: dict[str, tuple[str, Any]] = {}
     if req.image_size_flag is not None:
         flags["loader.image_size"] = ("--image-size", req.image_size_flag)
@@ -172,7 +172,7 @@ def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareRepor
             fc, _t = forecast_for(profile, req, local, gpu_flag=name)
             rows.append(compare_row(name, fc))
     else:
-        from fasttrain import presets
+        from fasttrain.profiles import presets
         # The same work on every preset: this plan's image size and epochs, each preset's own machine and settings.
         same_work = dataclasses.replace(req, sets=[], image_size_flag=profile.loader.image_size,
                                         epochs_flag=profile.optim.epochs)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 
 Status = Literal["ok", "warn", "fail"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate import LoaderSample
-from fasttrain.profile import AugmentSpec
+from fasttrain.profiles.schema import AugmentSpec
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})
 SAMPLE_FILES = 64

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fasttrain.profile import OptimSpec
+from fasttrain.profiles.schema import OptimSpec
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 
 

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
-from fasttrain.presets import Resolved
+from fasttrain.profiles.presets import Resolved
 from fasttrain.hardware.report import HardwareReport
 
 # Model used when --model is not given, by kind of data.
@@ -88,9 +88,9 @@ def probe() -> HardwareReport:
 def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
     if args.profile:
         return args.profile, "--profile"
-    from fasttrain.recommend import best_preset
+    from fasttrain.profiles.recommend import best_preset
     name = best_preset(report)
-    return name, "fits this machine (fasttrain.recommend.best_preset)"
+    return name, "fits this machine (fasttrain.profiles.recommend.best_preset)"
 
 
 def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:

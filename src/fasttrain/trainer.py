@@ -37,7 +37,7 @@ from fasttrain.model_setup import CompileGuard, prepare_model
 from fasttrain.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
 from fasttrain.precision import make_precision
-from fasttrain.profile import OptimSpec, Profile
+from fasttrain.profiles.schema import OptimSpec, Profile
 from fasttrain.resilience import (MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook,
                                   free_device_memory, is_out_of_memory)
 from fasttrain.step import StepEngine, window_length

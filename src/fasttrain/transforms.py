@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasttrain.profile import AugmentSpec, OptimSpec
+from fasttrain.profiles.schema import AugmentSpec, OptimSpec
 
 # ImageNet statistics: the convention timm and torchvision models are built around.
 MEAN = (0.485, 0.456, 0.406)

@@ -33,14 +33,14 @@ def register(app: typer.Typer) -> None:
 # -- gather helpers ------------------------------------------------------------------------------------------
 def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
     """(HardwareReport, resolved Profile, profile ref) for this machine."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     from fasttrain.hardware.probe import probe
 
     if image_size is not None and image_size < 8:
         raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])
     report = probe()
     if profile is None:
-        from fasttrain.recommend import best_preset
+        from fasttrain.profiles.recommend import best_preset
 
         profile = best_preset(report)
     flags = {"loader.image_size": ("--image-size", image_size)} if image_size is not None else None

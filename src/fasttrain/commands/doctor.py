@@ -43,8 +43,8 @@ def load_report(path: Path) -> Any:
 
 
 def _profile(ref: str | None, report: Any) -> tuple[Any, str]:
-    from fasttrain import presets
-    from fasttrain.recommend import best_preset
+    from fasttrain.profiles import presets
+    from fasttrain.profiles.recommend import best_preset
     if ref:
         return presets.resolve(ref).profile, ref
     name = best_preset(report)
@@ -71,7 +71,7 @@ def doctor_cmd(
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
     from fasttrain import doctor
     from fasttrain.hardware import probe as hardware
-    from fasttrain.recommend import recommend
+    from fasttrain.profiles.recommend import recommend
 
     if report_from is not None and data is not None:
         raise UserError([Problem("--data", "measures this machine; it cannot be combined with --report-from",
@@ -87,7 +87,7 @@ def doctor_cmd(
     rec = recommend(report)
     written = None
     if write_profile is not None:
-        from fasttrain.profile_writer import write_profile as write
+        from fasttrain.profiles.writer import write_profile as write
         written = write(rec, report, write_profile, force=force)
     if as_json:
         from fasttrain.core.console import print_json

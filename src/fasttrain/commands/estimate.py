@@ -111,7 +111,7 @@ def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, local: A
 
 
 def _default_profile(local: Any) -> str:
-    from fasttrain import recommend
+    from fasttrain.profiles import recommend
     return recommend.best_preset(local)
 
 

@@ -10,7 +10,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.console import console, print_json
 
 if TYPE_CHECKING:
-    from fasttrain.profile import Profile
+    from fasttrain.profiles.schema import Profile
 
 # presets/profile (Pydantic models) are imported inside the commands: `fasttrain --help` need not build them.
 
@@ -43,7 +43,7 @@ def summary_row(name: str, p: Profile) -> dict[str, Any]:
 @profiles_app.command("list")
 def list_cmd(as_json: bool = JsonOpt) -> None:
     """One row per shipped preset."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     rows, broken = [], []
     for name in presets.preset_names():
         try:
@@ -116,9 +116,9 @@ def show_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     from fasttrain.launch import world_flags
-    from fasttrain.profile import SECTIONS
+    from fasttrain.profiles.schema import SECTIONS
     res = presets.resolve(ref, sets=sets or [], flags=world_flags(nproc_per_node, nnodes))
     p = res.profile
     if as_json:
@@ -158,7 +158,7 @@ def validate_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Check profile files: exit 0 when all are valid, exit 2 listing every problem of every file."""
-    from fasttrain import presets
+    from fasttrain.profiles import presets
     report: dict[str, dict[str, Any]] = {}
     problems: list[Problem] = []
     for ref in files:

@@ -11,7 +11,7 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problems
-from fasttrain.profile import Profile
+from fasttrain.profiles.schema import Profile
 
 _DEFAULTS = Profile()
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.recommend import Recommendation
+from fasttrain.profiles.recommend import Recommendation
 from fasttrain.hardware.report import HardwareReport
 
 

@@ -16,9 +16,9 @@ from importlib import resources
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import presets
+from fasttrain.profiles import presets
 from fasttrain.findings import training_gpu
-from fasttrain.profile import HardwareSpec, Profile
+from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 
 CPU_PRESET = "cpu"

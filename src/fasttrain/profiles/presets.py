@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from fasttrain.core.errors import Problem, Problems, UserError
-from fasttrain.profile import SECTIONS, Profile, all_dotted_keys, known_keys
-from fasttrain.profile_rules import check_cross_fields
+from fasttrain.profiles.schema import SECTIONS, Profile, all_dotted_keys, known_keys
+from fasttrain.profiles.rules import check_cross_fields
 from fasttrain.core.suggest import did_you_mean
 
 ENV_PREFIX = "FASTTRAIN_"
@@ -25,7 +25,8 @@ MAX_EXTENDS_DEPTH = 8
 
 
 def preset_dir() -> Path:
-    return Path(str(resources.files("fasttrain") / "profiles"))
+    """The shipped presets: inside the package (so a wheel has them); the repository's profiles/ links here."""
+    return Path(str(resources.files("fasttrain") / "profiles" / "builtin"))
 
 
 def preset_names() -> list[str]:
