@@ -22,13 +22,13 @@ import time
 
 import torch
 
-from fasttrain.datasets import build_datasets
-from fasttrain.loaders import build_loaders
+from fasttrain.datasets.build import build_datasets
+from fasttrain.datasets.loaders import build_loaders
 from fasttrain.model_setup import cpu_threads
 from fasttrain.models import create_model
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
-from fasttrain.sampler import EpochSampler
+from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Trainer
 from fasttrain.step import window_length

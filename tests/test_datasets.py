@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.datasets import BadSample, SyntheticBatches, build_datasets
+from fasttrain.datasets.build import SyntheticBatches, build_datasets
+from fasttrain.datasets.bundle import BadSample
 from fasttrain.core.errors import UserError
 from fasttrain.profiles.schema import AugmentSpec
 from image_tree import write_corrupt, write_png, write_tree
@@ -101,7 +102,7 @@ def test_corrupt_file_gives_bad_sample(tmp_path: Path) -> None:
 
 
 def test_shapes_spec_uses_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fasttrain import shapes
+    from fasttrain.datasets import shapes
 
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(shapes, "DEFAULT_SPEC", shapes.ShapesSpec(image_size=16, train_per_class=2, val_per_class=1))

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fasttrain.datasets import build_datasets
+from fasttrain.datasets.build import build_datasets
 from fasttrain.core.errors import UserError
-from fasttrain.loaders import build_loaders
+from fasttrain.datasets.loaders import build_loaders
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import AugmentSpec
-from fasttrain.sampler import EpochSampler
+from fasttrain.datasets.sampler import EpochSampler
 from image_tree import write_corrupt, write_tree
 
 AUG = AugmentSpec(random_resized_crop_scale=(0.5, 1.0), hflip=0.5, color_jitter=0.2)
@@ -117,7 +117,7 @@ def test_strict_mode_names_the_file(tree: Path) -> None:
 def test_custom_datasets_use_default_collate() -> None:
     from torch.utils.data import TensorDataset
 
-    from fasttrain.datasets import DataBundle
+    from fasttrain.datasets.bundle import DataBundle
 
     x = torch.randn(12, 5, 3)
     ds = TensorDataset(x, torch.arange(12) % 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fasttrain.sampler import EpochSampler
+from fasttrain.datasets.sampler import EpochSampler
 
 
 def test_order_is_a_pure_function_of_seed_and_epoch() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import shapes
-from fasttrain.shapes import CLASSES, ShapesSpec, ensure_shapes
+from fasttrain.datasets import shapes
+from fasttrain.datasets.shapes import CLASSES, ShapesSpec, ensure_shapes
 
 SMALL = ShapesSpec(image_size=16, train_per_class=2, val_per_class=1)
 

@@ -6,7 +6,7 @@ import torch
 from PIL import Image
 
 from fasttrain.profiles.schema import AugmentSpec, OptimSpec
-from fasttrain.transforms import MEAN, make_mixup, train_transform, val_transform
+from fasttrain.datasets.transforms import MEAN, make_mixup, train_transform, val_transform
 
 
 def _image(size: int = 24) -> Image.Image:

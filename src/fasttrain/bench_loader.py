@@ -272,7 +272,7 @@ def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, m
     `batches` more (or `max_seconds`). Non-persistent workers: each setting starts and stops its own."""
     import psutil
 
-    from fasttrain.loaders import build_loaders
+    from fasttrain.datasets.loaders import build_loaders
 
     p = dataclasses.replace(plan, workers=setting.workers, prefetch_factor=setting.prefetch,
                             persistent_workers=False)

@@ -38,7 +38,7 @@ def measure(files: list[Path], augment: AugmentSpec, image_size: int, budget_s: 
     """Decode + augment images in this one process for about `budget_s` seconds: a worker's rate."""
     from PIL import Image
 
-    from fasttrain.transforms import train_transform
+    from fasttrain.datasets.transforms import train_transform
     transform = train_transform(augment, image_size)
 
     def one(path: Path) -> None:

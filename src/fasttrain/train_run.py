@@ -142,7 +142,7 @@ def prepare(args: TrainArgs) -> Prepared:
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
     profile = resolved.profile
-    from fasttrain.datasets import build_datasets
+    from fasttrain.datasets.build import build_datasets
     bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
                             seed=args.seed, strict=args.strict_data, num_classes=args.num_classes)
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
@@ -268,7 +268,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
 
     from fasttrain.checkpoint import CheckpointPolicy
     from fasttrain.dashboard import Dashboard, choose_mode
-    from fasttrain.datasets import SyntheticBatches
+    from fasttrain.datasets.build import SyntheticBatches
     from fasttrain.models import create_model
     from fasttrain.resilience import GracefulStop, quiet_workers, shutdown_workers
     from fasttrain.resume import restore_sampler
@@ -290,8 +290,8 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
         train_loader = SyntheticBatches(plan.batch_size, plan.image_size, bundle.num_classes, device,
                                         steps=plan.iterations_per_epoch or 1, seed=args.seed + rank)
     else:
-        from fasttrain.loaders import build_loaders
-        from fasttrain.sampler import EpochSampler
+        from fasttrain.datasets.loaders import build_loaders
+        from fasttrain.datasets.sampler import EpochSampler
         epoch_sampler = EpochSampler(bundle.train_size, seed=args.seed, shuffle=True, rank=rank, world=world,
                                      drop_last=plan.drop_last)
         train_loader, val_loader = build_loaders(bundle, plan, seed=args.seed, epoch_sampler=epoch_sampler)
@@ -318,7 +318,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
                              header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
     mode = "quiet" if args.quiet or not main else ("plain" if args.json else choose_mode(False, stream))
     telemetry = Telemetry(plan.device) if main else None
-    from fasttrain.transforms import make_mixup
+    from fasttrain.datasets.transforms import make_mixup
     mixup = make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None
     warnings: list[str] = []
     forecast = forecast_for_run(prep) if mode != "quiet" and bundle.kind != "custom" else None

@@ -570,7 +570,7 @@ def run_synthetic_steps(plan: Plan, model: torch.nn.Module, *, image_size: int, 
     step_time_s (seconds per loader batch: forward + backward, optimizer step at each window's end) and
     peak_memory_bytes (CUDA: peak allocated by tensors; CPU: the process's peak resident set).
     """
-    from fasttrain.datasets import SyntheticBatches
+    from fasttrain.datasets.build import SyntheticBatches
 
     optim = optim or OptimSpec()
     trainer = Trainer(plan, optim, model, steps_per_epoch=warmup_steps + steps,

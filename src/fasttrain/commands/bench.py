@@ -282,7 +282,7 @@ def loader_cmd(
     if data == "synthetic":
         raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",
                                  "use shapes or an image directory", data)])
-    from fasttrain.datasets import build_datasets
+    from fasttrain.datasets.build import build_datasets
     from fasttrain.plan import make_plan
 
     say = _say()

@@ -8,11 +8,11 @@ strict=True the loader raises a UserError naming the file instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.profiles.schema import AugmentSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
@@ -20,45 +20,6 @@ SYNTHETIC_EPOCH_SAMPLES = 10_000
 SYNTHETIC_NUM_CLASSES = 10
 # PIL raises these for unreadable, truncated or hostile files.
 _DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, SyntaxError)
-
-
-@dataclass
-class BadSample:
-    """What the image dataset returns for a file it cannot decode (picklable: crosses worker processes)."""
-
-    path: str
-    reason: str
-
-
-@dataclass
-class BadFiles:
-    """Files skipped so far: unique paths in first-seen order, and how many times a batch lost one."""
-
-    paths: dict[str, str] = field(default_factory=dict)  # path -> reason
-    skips: int = 0
-
-    def record(self, bad: list[tuple[str, str]]) -> None:
-        for path, reason in bad:
-            self.paths.setdefault(path, reason)
-            self.skips += 1
-
-
-@dataclass
-class DataBundle:
-    train: Any
-    val: Any
-    num_classes: int
-    class_names: list[str]
-    kind: Literal["images", "synthetic", "custom"]
-    source: str
-    train_size: int
-    val_size: int = 0
-    strict: bool = False
-    bad: BadFiles = field(default_factory=BadFiles)
-
-    def bad_files(self) -> list[str]:
-        """Paths of corrupt or unreadable files skipped so far (read by the loop for the dashboard/summary)."""
-        return list(self.bad.paths)
 
 
 class ImageFiles:
@@ -117,7 +78,7 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     if not spec:
         raise UserError([Problem("--data", "empty data spec", "use shapes, synthetic, a directory or module:callable")])
     if spec == "shapes":
-        from fasttrain.shapes import ensure_shapes
+        from fasttrain.datasets.shapes import ensure_shapes
 
         # The set itself is fixed (data seed 0); `seed` still drives the split, order and augmentation.
         return _image_bundle(ensure_shapes(seed=0), "shapes", image_size, augment, seed, val_fraction, strict)
@@ -129,7 +90,7 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     if path.exists() or "/" in spec or spec.startswith("."):
         return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict)
     if ":" in spec:
-        from fasttrain.custom_data import custom_bundle
+        from fasttrain.datasets.custom import custom_bundle
 
         return custom_bundle(spec, num_classes)
     raise UserError([Problem("--data", f"no directory {spec!r} and not a known data set",
@@ -138,10 +99,10 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
 
 def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, seed: int, val_fraction: float,
                   strict: bool) -> DataBundle:
-    from fasttrain.image_folder import find_splits
+    from fasttrain.datasets.image_folder import find_splits
 
     class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
-    from fasttrain.transforms import train_transform, val_transform
+    from fasttrain.datasets.transforms import train_transform, val_transform
 
     train = ImageFiles(train_samples, train_transform(augment, image_size))
     val = ImageFiles(val_samples, val_transform(image_size))

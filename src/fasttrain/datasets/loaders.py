@@ -11,10 +11,10 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from fasttrain.datasets import BadSample, DataBundle
+from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.plan import Plan
-from fasttrain.sampler import EpochSampler
+from fasttrain.datasets.sampler import EpochSampler
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
