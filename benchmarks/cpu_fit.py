@@ -54,7 +54,8 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
     threads, dtype and layout `train` uses, so the forecast sees the same neighbours the steps saw. The plan is
     the shipped `cpu` preset (its precision, layout and workers) at this batch and size. steps: None = enough
     for ~MEASURE_SECONDS at the forecast speed. -> images/s, ceiling, op table."""
-    from fasttrain import calibration, cost, cpu_ceiling, models, trainer
+    from fasttrain import calibration, cost, cpu_ceiling, trainer
+    from fasttrain.models import registry as models
     from fasttrain.estimate_gather import cpu_dtype, cpu_threads_for
     plan, prof = cpu_plan(batch, image_size)
     threads = cpu_threads_for(plan)

@@ -24,8 +24,8 @@ import torch
 
 from fasttrain.datasets.build import build_datasets
 from fasttrain.datasets.loaders import build_loaders
-from fasttrain.model_setup import cpu_threads
-from fasttrain.models import create_model
+from fasttrain.models.setup import cpu_threads
+from fasttrain.models.registry import create_model
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.datasets.sampler import EpochSampler

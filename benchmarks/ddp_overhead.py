@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from fasttrain import distributed  # noqa: E402
 from fasttrain.launch import WorkerWorld  # noqa: E402
-from fasttrain.models import create_model  # noqa: E402
+from fasttrain.models.registry import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.profiles.presets import resolve  # noqa: E402
 from fasttrain.hardware.probe import probe  # noqa: E402

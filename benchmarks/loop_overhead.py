@@ -31,7 +31,7 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.runlog import RunLog
 from fasttrain.telemetry import Telemetry
-from fasttrain.tiny_models import tiny_cnn
+from fasttrain.models.tiny import tiny_cnn
 from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Collaborators, Trainer
 

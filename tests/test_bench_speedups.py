@@ -132,7 +132,7 @@ def test_verdict_words() -> None:
 
 
 def test_a_real_run_on_the_cpu_measures_and_skips() -> None:
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
 
     result = bsp.bench_speedups(profile(batch=8), report("cpu_only"), lambda: create_model("tiny_cnn", 4),
                                 image_size=16, num_classes=4, steps=1, rounds=2, warmup_steps=1,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.cpu_allocator import keep_freed_memory
+from fasttrain.models.cpu_allocator import keep_freed_memory
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 
@@ -20,7 +20,7 @@ glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallo
 # no training process's.
 _FAULTS = """
 import resource, sys, torch
-from fasttrain.model_setup import configure_backends
+from fasttrain.models.setup import configure_backends
 from loop_helpers import cpu_plan
 notes = configure_backends(cpu_plan()[0])
 faults = []

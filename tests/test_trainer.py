@@ -167,7 +167,7 @@ def test_compiled_channels_last_model_trains() -> None:
 
 
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fasttrain.model_setup as ms
+    import fasttrain.models.setup as ms
 
     def broken_compile(module, mode=None):  # noqa: ANN001 - behaves like a backend that fails at first call
         def call(*args):  # noqa: ANN002
@@ -234,7 +234,7 @@ def test_diverged_training_fails_the_job() -> None:
 
 def test_run_synthetic_steps_reports_throughput() -> None:
     plan, _ = cpu_plan(loader={"batch_size": 4, "num_workers": 0, "image_size": 16})
-    from fasttrain.tiny_models import tiny_cnn
+    from fasttrain.models.tiny import tiny_cnn
     out = run_synthetic_steps(plan, tiny_cnn(num_classes=5, width=4), image_size=16, num_classes=5, steps=3,
                               warmup_steps=1)
     assert set(out) == {"images_per_s", "step_time_s", "peak_memory_bytes"}

@@ -336,7 +336,7 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
                ) -> SearchResult:
     """The search for this plan and model, from the cache when it holds the same (model, size, precision,
     format, optimizer, device, torch version); otherwise run it and store it."""
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
     from fasttrain.profiles.schema import OptimSpec
 
     optim = optim or OptimSpec()
@@ -353,7 +353,7 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
     if model_factory is not None:
         factory = model_factory
     elif activation_checkpointing:
-        from fasttrain.model_setup import enable_activation_checkpointing
+        from fasttrain.models.setup import enable_activation_checkpointing
 
         def factory() -> Any:
             model = create_model(model_name, num_classes)

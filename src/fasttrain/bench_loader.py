@@ -319,7 +319,7 @@ def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batch
 def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
                   warmup_steps: int = 1) -> float:
     """Images/s the model trains at on inputs already on the device (the same step code as `train`)."""
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
     from fasttrain.trainer import run_synthetic_steps
 
     model = create_model(model_name, num_classes)

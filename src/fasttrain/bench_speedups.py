@@ -253,7 +253,7 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
     import torch
 
     from fasttrain.batch_search import free_device_memory, is_oom
-    from fasttrain.model_setup import CompileGuard
+    from fasttrain.models.setup import CompileGuard
     from fasttrain.trainer import Collaborators, Trainer
 
     warnings: list[str] = []
@@ -290,7 +290,7 @@ def run_steps(cand: Candidate, steps: int) -> float:
 
     import torch
 
-    from fasttrain.model_setup import configure_backends
+    from fasttrain.models.setup import configure_backends
 
     trainer = cand.trainer
     engine = trainer.engine

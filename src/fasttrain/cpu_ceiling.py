@@ -63,7 +63,7 @@ def measure(threads: int | None = None, dtype: str = "float32", channels_last: b
     channels_last: the plan's memory layout (the small-conv probe runs in it: oneDNN's reorders differ)."""
     import torch
 
-    from fasttrain.cpu_allocator import keep_freed_memory
+    from fasttrain.models.cpu_allocator import keep_freed_memory
     keep_freed_memory()  # as training runs (model_setup): otherwise each probe call faults its output in again
     started = time.perf_counter()
     previous = torch.get_num_threads()

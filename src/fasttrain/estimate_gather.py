@@ -129,7 +129,7 @@ def cpu_threads_for(plan: Plan) -> int | None:
     """The compute threads `train` will use on this CPU (cores minus loader workers), unless OMP_NUM_THREADS says."""
     if "OMP_NUM_THREADS" in os.environ:
         return None
-    from fasttrain.model_setup import cpu_threads
+    from fasttrain.models.setup import cpu_threads
     return cpu_threads(plan.workers)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fasttrain.model_setup import CompileGuard
+from fasttrain.models.setup import CompileGuard
 from fasttrain.optim import LRSchedule
 from fasttrain.precision import Precision
 from fasttrain.resilience import is_out_of_memory

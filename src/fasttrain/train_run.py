@@ -269,7 +269,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
     from fasttrain.checkpoint import CheckpointPolicy
     from fasttrain.dashboard import Dashboard, choose_mode
     from fasttrain.datasets.build import SyntheticBatches
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
     from fasttrain.resilience import GracefulStop, quiet_workers, shutdown_workers
     from fasttrain.resume import restore_sampler
     from fasttrain.runlog import RunLog, new_run_dir

@@ -33,7 +33,7 @@ import torch
 
 from fasttrain.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
 from fasttrain.core.errors import JobFailed, Problem, UserError
-from fasttrain.model_setup import CompileGuard, prepare_model
+from fasttrain.models.setup import CompileGuard, prepare_model
 from fasttrain.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
 from fasttrain.precision import make_precision

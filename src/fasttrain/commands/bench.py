@@ -131,7 +131,7 @@ def speedups_cmd(
     elif chosen is not None:
         chosen = [n for n in chosen if n not in left_out]
     report, prof, ref = _setup(profile, sets, image_size)
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
 
     create_model(model, num_classes)  # an unknown name fails now, with close matches
@@ -200,7 +200,7 @@ def batch_cmd(
     profile's precision and memory format, with a safety margin; then the accumulation that keeps the profile's
     effective batch."""
     from fasttrain import batch_search as bs
-    from fasttrain.models import create_model
+    from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
 
     report, prof, ref = _setup(profile, sets, image_size)

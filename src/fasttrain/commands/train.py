@@ -98,7 +98,7 @@ def train_cmd(
                                explicit=given)
     prep = train_run.prepare(args)
     if dry_run or args.launch is not None:
-        from fasttrain.models import create_model
+        from fasttrain.models.registry import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
     if dry_run:
         view = train_run.plan_view(prep)

@@ -17,7 +17,7 @@ LABEL_SCAN_LIMIT = 100_000
 
 def custom_bundle(spec: str, num_classes: int | None) -> Any:
     from fasttrain.datasets.bundle import DataBundle
-    from fasttrain.models import load_callable
+    from fasttrain.models.registry import load_callable
 
     fn = load_callable(spec, "--data")
     try:

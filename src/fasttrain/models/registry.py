@@ -15,7 +15,7 @@ from fasttrain.core.suggest import did_you_mean
 
 
 def _builtin() -> dict[str, Callable[..., Any]]:
-    from fasttrain import tiny_models
+    from fasttrain.models import tiny as tiny_models
     return tiny_models.BUILTIN
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from fasttrain import cpu_allocator
+from fasttrain.models import cpu_allocator
 from fasttrain.plan import Plan
 
 
