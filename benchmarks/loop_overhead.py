@@ -30,7 +30,7 @@ from fasttrain.optim import param_groups
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.runlog import RunLog
-from fasttrain.telemetry import Telemetry
+from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.models.tiny import tiny_cnn
 from fasttrain.hardware.probe import probe
 from fasttrain.trainer import Collaborators, Trainer

@@ -28,7 +28,7 @@ from fasttrain.dashboard import REFRESH_PER_SECOND, Dashboard
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.runlog import RunLog
-from fasttrain.telemetry import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import StepRecord, Telemetry
 
 
 def _plan():

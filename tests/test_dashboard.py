@@ -13,7 +13,7 @@ from fasttrain.profiles import presets
 from fasttrain.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
-from fasttrain.telemetry import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import StepRecord, Telemetry
 
 ESC = re.compile(r"\x1b|\[\d+m")
 FORECAST = {"images_per_s": 800.0, "step_time_s": 0.08, "peak_memory_bytes": 6 * 2**30}

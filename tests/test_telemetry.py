@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fasttrain.telemetry import GpuReader, StepRecord, Telemetry
+from fasttrain.telemetry.recorder import GpuReader, StepRecord, Telemetry
 
 
 class FakeClock:
@@ -177,7 +177,7 @@ def test_sampler_thread_on_cpu_reads_host_ram_and_says_why_no_gpu() -> None:
     calls = threading.Event()
     count = [0]
 
-    from fasttrain.telemetry_readers import host_sample
+    from fasttrain.telemetry.readers import host_sample
 
     def host() -> dict:
         count[0] += 1
@@ -205,7 +205,7 @@ def test_run_rss_counts_the_loader_worker_processes() -> None:
 
     import psutil
 
-    from fasttrain.telemetry_readers import tree_rss_bytes
+    from fasttrain.telemetry.readers import tree_rss_bytes
 
     ctx = multiprocessing.get_context("fork")
     ready, done = ctx.Event(), ctx.Event()
@@ -276,7 +276,7 @@ def test_a_failing_reader_never_stops_training() -> None:
 
 
 def test_modules_do_not_import_torch() -> None:
-    code = ("import sys, fasttrain.telemetry, fasttrain.dashboard, fasttrain.runlog, fasttrain.verdict; "
+    code = ("import sys, fasttrain.telemetry.recorder, fasttrain.dashboard, fasttrain.runlog, fasttrain.telemetry.verdict; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

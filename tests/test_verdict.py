@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import verdict
+from fasttrain.telemetry import verdict
 from fasttrain.profiles import presets
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
-from fasttrain.telemetry import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import StepRecord, Telemetry
 
 GIB = 2**30
 

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import verdict as vd
+from fasttrain.telemetry import verdict as vd
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import verdict as vd
+from fasttrain.telemetry import verdict as vd
 from fasttrain.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_duration, fmt_num, fmt_value, measured_vs_forecast,
                                  progress_of)
 

@@ -273,7 +273,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
     from fasttrain.resilience import GracefulStop, quiet_workers, shutdown_workers
     from fasttrain.resume import restore_sampler
     from fasttrain.runlog import RunLog, new_run_dir
-    from fasttrain.telemetry import Telemetry
+    from fasttrain.telemetry.recorder import Telemetry
     from fasttrain.trainer import Collaborators, Interrupted, Trainer
 
     args, plan, bundle, profile = prep.args, prep.plan, prep.bundle, prep.resolved.profile

@@ -381,7 +381,7 @@ class Trainer:
                 p.fields["h2d_s"] = start.elapsed_time(copied) / 1000.0
                 p.fields["compute_s"] = copied.elapsed_time(done) / 1000.0
             if tel is not None:
-                from fasttrain.telemetry import StepRecord
+                from fasttrain.telemetry.recorder import StepRecord
                 rec = StepRecord(**p.fields)
                 tel.record(rec)
         last = pending[-1].fields

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fasttrain.telemetry_readers import GpuReader, host_sample
+from fasttrain.telemetry.readers import GpuReader, host_sample
 
 # Steps kept in the rolling window: ~a few seconds of training at typical step times, enough to
 # smooth out one slow batch without hiding a change of regime for long.
