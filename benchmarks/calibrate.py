@@ -30,9 +30,9 @@ REFERENCE = ROOT / "benchmarks" / "reference_throughput.csv"
 OUTPUT = ROOT / "src" / "fasttrain" / "data" / "calibration.json"
 sys.path.insert(0, str(ROOT / "src"))
 
-from fasttrain import calibration  # noqa: E402
 from fasttrain.hardware import gpus  # noqa: E402
-from fasttrain.roofline import Ceilings, OpTable, step_time  # noqa: E402
+from fasttrain.estimate import calibration
+from fasttrain.estimate.roofline import Ceilings, OpTable, step_time  # noqa: E402
 
 # Factors nothing published can fit: stated, not fitted (see docs/estimate.md).
 ASSUMED_GPU = {
@@ -96,7 +96,7 @@ _TABLES: dict[tuple[str, int, str], tuple[OpTable, int]] = {}
 def table_for(model: str, image_size: int, precision: str) -> tuple[OpTable, int]:
     key = (model, image_size, precision)
     if key not in _TABLES:
-        from fasttrain import cost
+        from fasttrain.estimate import cost
         c = cost.model_cost(model, image_size, num_classes=1000, precision=precision)
         _TABLES[key] = (OpTable.from_ops(c.ops), c.params)
     return _TABLES[key]

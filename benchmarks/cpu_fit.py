@@ -18,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fasttrain.roofline import Ceilings, OpTable, step_time  # noqa: E402
+from fasttrain.estimate.roofline import Ceilings, OpTable, step_time  # noqa: E402
 
 # (model, image size, batch): conv nets of different shapes; none of them is in the accuracy check.
 CALIBRATION_CASES = [
@@ -54,9 +54,12 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
     threads, dtype and layout `train` uses, so the forecast sees the same neighbours the steps saw. The plan is
     the shipped `cpu` preset (its precision, layout and workers) at this batch and size. steps: None = enough
     for ~MEASURE_SECONDS at the forecast speed. -> images/s, ceiling, op table."""
-    from fasttrain import calibration, cost, cpu_ceiling, trainer
+    from fasttrain import trainer
+    from fasttrain.estimate import calibration
+    from fasttrain.estimate import cost
+    from fasttrain.estimate import cpu_ceiling
     from fasttrain.models import registry as models
-    from fasttrain.estimate_gather import cpu_dtype, cpu_threads_for
+    from fasttrain.estimate.gather import cpu_dtype, cpu_threads_for
     plan, prof = cpu_plan(batch, image_size)
     threads = cpu_threads_for(plan)
     net = models.create_model(model, num_classes=1000)
@@ -145,7 +148,7 @@ def fit_cpu(refit_only: bool = False) -> tuple[dict, dict]:
     """Measure (or, with refit_only, reuse benchmarks/cpu_measurements.json) and fit the CPU factors."""
     import datetime as dt
     import json
-    from fasttrain import cost
+    from fasttrain.estimate import cost
     if refit_only:
         raw = json.loads(MEASUREMENTS.read_text())
     else:

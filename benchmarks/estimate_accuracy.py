@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import calibrate  # noqa: E402
 import cpu_fit  # noqa: E402
 
-from fasttrain import calibration  # noqa: E402
-from fasttrain.roofline import step_time  # noqa: E402
+from fasttrain.estimate import calibration  # noqa: E402
+from fasttrain.estimate.roofline import step_time  # noqa: E402
 
 CPU_CASES = [("resnet18", 64, 8), ("resnet50", 64, 8), ("efficientnet_b0", 64, 8)]
 TINY_CASES = [("tiny_cnn", 16, 8)]
@@ -92,7 +92,7 @@ def check_reference(limit: int | None) -> tuple[list[dict], list[str]]:
 
 
 def check_activations(cases: list[tuple[str, int, int]]) -> tuple[list[dict], list[str]]:
-    from fasttrain import cost
+    from fasttrain.estimate import cost
     rows, failed = [], []
     for model, size, batch in cases:
         meta = cost.model_cost(model, size, num_classes=1000).activation_bytes_per_sample

@@ -45,7 +45,7 @@ def test_tiny_run_prints_every_section_and_fails_loudly_only_with_reasons(accura
 
 
 def test_shipped_calibration_says_how_it_was_fitted() -> None:
-    from fasttrain import calibration
+    from fasttrain.estimate import calibration
     c = calibration.load()
     assert c["gpu_fit"]["rows"] == 40 and c["gpu_fit"]["share_within_1.5x"] >= 0.8
     assert "method" in c["cpu_fit"] and c["cpu_fit"]["fitted_on"]
@@ -60,6 +60,6 @@ def test_measurements_last_about_the_same_time_whatever_the_model(accuracy) -> N
 
 
 def test_cpu_ceiling_measures_the_small_conv_cost_quickly() -> None:
-    from fasttrain import cpu_ceiling
+    from fasttrain.estimate import cpu_ceiling
     c = cpu_ceiling.measure(1, "float32", True)
     assert c.conv_weight_s_per_byte >= 0 and c.matmul_flops > 0 and c.seconds < 3

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from fasttrain import cost
+from fasttrain.estimate import cost
 from fasttrain.core.errors import UserError
 
 NETS = """

@@ -6,13 +6,13 @@ import math
 import pytest
 
 from fasttrain.profiles import presets
-from fasttrain.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
-from fasttrain.cost import ModelCost, OpCost
-from fasttrain.estimate import LoaderSample, forecast, memory_budget, optimizer_state_bytes
-from fasttrain.estimate_gather import gpu_report
+from fasttrain.estimate.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
+from fasttrain.estimate.cost import ModelCost, OpCost
+from fasttrain.estimate.forecast import LoaderSample, forecast, memory_budget, optimizer_state_bytes
+from fasttrain.estimate.gather import gpu_report
 from fasttrain.hardware.gpus import get_gpu
 from fasttrain.plan import make_plan
-from fasttrain.roofline import Ceilings, OpTable, step_time
+from fasttrain.estimate.roofline import Ceilings, OpTable, step_time
 
 MIB = 2**20
 CONSTANTS = {"cuda_context_bytes": 100 * MIB, "workspace_bytes": 100 * MIB, "allocator_overhead": 1.0,
@@ -177,7 +177,7 @@ def test_cpu_conv_weight_cost_adds_per_weight_byte_to_dense_convolutions_only() 
 
 
 def test_conv_weight_cost_is_the_time_flops_do_not_explain_per_weight_byte() -> None:
-    from fasttrain.cpu_ceiling import conv_weight_cost
+    from fasttrain.estimate.cpu_ceiling import conv_weight_cost
     # 2 ms for 1e8 FLOPs at 1e11 FLOP/s (1 ms of FLOPs) over 1e6 weight bytes: 1 ns per byte
     assert conv_weight_cost(2e-3, 1e8, 1e11, 1e6) == pytest.approx(1e-9)
     assert conv_weight_cost(0.5e-3, 1e8, 1e11, 1e6) == 0.0   # faster than the big conv: no extra cost

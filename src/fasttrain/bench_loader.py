@@ -172,7 +172,7 @@ def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_si
     if not profile.hardware.gpu:
         return None
     try:
-        from fasttrain import estimate_gather as eg
+        from fasttrain.estimate import gather as eg
 
         req = eg.Request(model_name, num_classes, dataset_size, "bench loader", None, None, [], None, None)
         fc, _ = eg.forecast_for(profile, req, None)

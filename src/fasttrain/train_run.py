@@ -434,7 +434,7 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
     """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
     any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
     try:
-        from fasttrain.estimate_gather import Request, forecast_for
+        from fasttrain.estimate.gather import Request, forecast_for
         req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
                       dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
                       image_size_flag=None, sets=[], gpu=None, loader=None)

@@ -47,7 +47,7 @@ def estimate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output with stable keys."),
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
-    from fasttrain import estimate_gather as g
+    from fasttrain.estimate import gather as g
     from fasttrain.launch import world_flags
     if what is not None and (not compare or what not in COMPARE_KINDS):
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
@@ -86,7 +86,7 @@ def estimate_cmd(
         from fasttrain.core.console import print_json
         print_json(payload)
         return
-    from fasttrain import estimate_render as r
+    from fasttrain.estimate import view as r
     from fasttrain.core.console import console
     out = console()
     r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
@@ -117,7 +117,7 @@ def _default_profile(local: Any) -> str:
 
 def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     """Forecast the plan on THIS machine and run it for a few steps with the train step code."""
-    from fasttrain import estimate_gather as g
+    from fasttrain.estimate import gather as g
     from fasttrain import trainer
     from fasttrain.models import registry as models
     fc, target = g.forecast_for(prof, req, local, force_local=True)

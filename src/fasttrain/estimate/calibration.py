@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any
 
 from fasttrain.hardware.gpus import GpuSpec
-from fasttrain.roofline import Ceilings
+from fasttrain.estimate.roofline import Ceilings
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from fasttrain.core.arithmetic import human_bytes
-from fasttrain.estimate import Forecast
+from fasttrain.estimate.forecast import Forecast
 
 
 def duration(seconds: float | None) -> str:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.estimate import LoaderSample
+from fasttrain.estimate.forecast import LoaderSample
 from fasttrain.profiles.schema import AugmentSpec
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})

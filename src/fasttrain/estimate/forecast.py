@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.calibration import DeviceCeilings
+from fasttrain.estimate.calibration import DeviceCeilings
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import Profile
-from fasttrain.roofline import OPTIMIZER_STATES, OpTable, step_time
+from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, step_time
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain import calibration
+from fasttrain.estimate import calibration
 from fasttrain.hardware import gpus
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.estimate import Forecast, LoaderSample, forecast
+from fasttrain.estimate.forecast import Forecast, LoaderSample, forecast
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
@@ -117,7 +117,7 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
             dev = dataclasses.replace(dev, memory_bytes=local.gpus[0].memory_total_bytes)
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
-    from fasttrain import cpu_ceiling
+    from fasttrain.estimate import cpu_ceiling
     plan = make_plan(profile, local, dataset_size)
     ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last)
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
@@ -142,7 +142,7 @@ _COSTS: dict[tuple, Any] = {}
 
 def model_cost(model: str, image_size: int, num_classes: int, precision: str) -> Any:
     """cost.model_cost, remembered per process: --compare prices many plans of one model."""
-    from fasttrain import cost
+    from fasttrain.estimate import cost
     key = (model, image_size, num_classes, precision)
     if key not in _COSTS:
         _COSTS[key] = cost.model_cost(model, image_size, num_classes=num_classes, precision=precision)
@@ -159,7 +159,7 @@ def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, g
 
 
 def sample_data(data: Path, profile: Profile) -> tuple[int, LoaderSample]:
-    from fasttrain import loader_sample
+    from fasttrain.estimate import loader_sample
     count, files = loader_sample.scan(data)
     return count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
 
