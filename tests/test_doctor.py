@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import doctor
+from fasttrain.doctor import checks as doctor
 from fasttrain.profiles import presets
-from fasttrain.findings import Finding
+from fasttrain.doctor.findings import Finding
 from fasttrain.hardware.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"

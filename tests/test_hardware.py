@@ -227,7 +227,7 @@ def _child(code: str):
 
 
 def test_a_torch_that_crashes_on_import_becomes_a_finding() -> None:
-    from fasttrain import doctor
+    from fasttrain.doctor import checks as doctor
     from fasttrain.hardware.torch_build import finish_child, merge_child
 
     seen, error = finish_child(_child("raise ImportError('libcudnn.so.9: cannot open shared object file')"))

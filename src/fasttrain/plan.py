@@ -63,7 +63,7 @@ def _precision(profile: Profile, report: HardwareReport, cuda: bool) -> tuple[st
             return "bf16-mixed", ("no CUDA GPU: bf16 autocast on the CPU, which lacks AVX512-BF16/AMX, so expect it "
                                   "slower than fp32 (--set speed.precision=fp32)")
         return "bf16-mixed", "no CUDA GPU: bf16 autocast runs on the CPU (fast only with AVX512-BF16/AMX)"
-    gpu = report.gpus[0] if report.gpus else None
+    gpu = report.training_gpu()
     if asked == "bf16-mixed" and gpu is not None and gpu.bf16_supported is False:
         return "fp16-mixed", f"{gpu.name} (cc {gpu.compute_capability}) has no bf16: fp16 with GradScaler instead"
     return asked, "asked"
@@ -94,7 +94,8 @@ def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int
 def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None) -> Plan:
     cuda = report.has_cuda
     if cuda:
-        device, device_reason = "cuda", f"{report.gpus[0].name if report.gpus else 'CUDA device'}"
+        gpu = report.training_gpu()
+        device, device_reason = "cuda", gpu.name if gpu else "CUDA device"
     elif report.gpus and report.torch.cpu_only_build:
         device, device_reason = "cpu", "an NVIDIA GPU is present but this torch is a CPU-only build"
     elif report.gpus:
@@ -105,7 +106,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
     compile_on, compile_reason = _compile(profile, report)
     budget = ar.ram_budget_bytes(report.memory.ram_total_bytes / ar.GIB, profile.hardware.ram_budget_fraction)
     workers, workers_reason = _workers(profile, report, budget)
-    gpu = report.gpus[0] if report.gpus else None
+    gpu = report.training_gpu()
     tf32 = profile.speed.tf32 and cuda and bool(gpu and gpu.tf32_supported)
     notes = []
     if profile.speed.tf32 and not tf32:

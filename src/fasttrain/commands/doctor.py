@@ -69,7 +69,7 @@ def doctor_cmd(
                                                help="Judge a recorded report instead of this machine."),
 ) -> None:
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
-    from fasttrain import doctor
+    from fasttrain.doctor import checks as doctor
     from fasttrain.hardware import probe as hardware
     from fasttrain.profiles.recommend import recommend
 
@@ -100,7 +100,7 @@ def doctor_cmd(
             "written_profile": str(written) if written else None,
         })
     else:
-        from fasttrain import doctor_view
+        from fasttrain.doctor import view as doctor_view
         doctor_view.render(report, findings, rec, label, written)
     if doctor.worst_status(findings) == "fail":
         raise typer.Exit(1)

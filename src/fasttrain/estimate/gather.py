@@ -110,12 +110,13 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
         return Target(plan, dev, report.memory.ram_total_bytes, "--gpu" if gpu_flag else "profile")
     if local is None:
         local = local_report()
-    if local.has_cuda and local.gpus:
-        spec = gpus.find_gpu(local.gpus[0].name)
+    local_gpu = local.training_gpu()
+    if local_gpu is not None:
+        spec = gpus.find_gpu(local_gpu.name)
         if spec is not None:
             plan = make_plan(profile, local, dataset_size)
             dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
-            dev = dataclasses.replace(dev, memory_bytes=local.gpus[0].memory_total_bytes)
+            dev = dataclasses.replace(dev, memory_bytes=local_gpu.memory_total_bytes)
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
     from fasttrain.estimate import cpu_ceiling
     plan = make_plan(profile, local, dataset_size)

@@ -129,6 +129,15 @@ class HardwareReport(_Data):
         """A GPU that torch can actually use."""
         return self.torch.cuda_available and self.torch.device_count > 0
 
+    def training_gpu(self) -> GpuInfo | None:
+        """The GPU training runs on (torch's device 0: the first one torch can see), or None without CUDA.
+
+        The one answer to "which GPU trains" for plan, doctor, recommendation, verdict and estimate.
+        """
+        if not self.has_cuda or not self.gpus:
+            return None
+        return next((g for g in self.gpus if g.visible_to_torch is not False), self.gpus[0])
+
     @property
     def cores(self) -> int:
         return self.cpu.usable_cores or self.cpu.logical_cores

@@ -17,7 +17,6 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.profiles import presets
-from fasttrain.findings import training_gpu
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 
@@ -49,11 +48,6 @@ def _gpu_presets() -> tuple[tuple[str, HardwareSpec], ...]:
     return tuple(out)
 
 
-def usable_gpu(report: HardwareReport) -> GpuInfo | None:
-    """The GPU training will run on (torch's device 0: the first one torch can see), or None without CUDA."""
-    return training_gpu(report)
-
-
 def _distance(gpu: GpuInfo, hw: HardwareSpec) -> float:
     """How far a preset's machine is from this GPU: name first, then VRAM (log ratio), then bf16."""
     vram_gib = gpu.memory_total_bytes / 2**30
@@ -68,7 +62,7 @@ def _distance(gpu: GpuInfo, hw: HardwareSpec) -> float:
 
 def best_preset(report: HardwareReport) -> str:
     """The shipped preset whose machine best matches this one; "cpu" when no CUDA GPU is usable."""
-    gpu = usable_gpu(report)
+    gpu = report.training_gpu()
     candidates = _gpu_presets()
     if gpu is None or not candidates:
         return CPU_PRESET
@@ -244,7 +238,7 @@ def recommend(report: HardwareReport) -> Recommendation:
     """The best preset for this machine and the settings tuned to it (see the module docstring)."""
     name = best_preset(report)
     preset = presets.resolve_file_only(name).profile
-    gpu = usable_gpu(report)
+    gpu = report.training_gpu()
     rec = Recommendation(preset=name)
     token = _model_token(preset.hardware.gpu or "")
     same_chip = gpu is not None and token is not None and token in _tokens(gpu.name)

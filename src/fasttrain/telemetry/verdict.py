@@ -157,7 +157,7 @@ def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
 def untapped_speedups(plan: Plan, report: HardwareReport | None) -> list[str]:
     """Speed settings the plan has off although this device would support them, as --set fragments."""
     out: list[str] = []
-    gpu = report.gpus[0] if report and report.gpus else None
+    gpu = report.training_gpu() if report else None
     if plan.device == "cuda":
         if plan.precision == "fp32":
             bf16 = gpu.bf16_supported if gpu is not None else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding, gib, training_gpu
+from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding, gib
 
 VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)
 
@@ -90,7 +90,7 @@ def rule_bf16(c: Context) -> Finding | None:
     p, r = c.profile, c.report
     if p is None or p.speed.precision != "bf16-mixed":
         return None
-    gpu = training_gpu(r)
+    gpu = r.training_gpu()
     if gpu is not None:
         if gpu.bf16_supported is False:
             return Finding("bf16", "warn", f"bf16 asked, but {gpu.name} has no bf16 (compute capability "
@@ -174,7 +174,7 @@ def rule_env(c: Context) -> Finding | None:
 def rule_profile_machine(c: Context) -> Finding | None:
     """The profile's batch was sized for its GPU's memory; on a smaller GPU it runs out of memory."""
     p, r = c.profile, c.report
-    gpu = training_gpu(r)
+    gpu = r.training_gpu()
     if p is None or not p.hardware.vram_gb or gpu is None:
         return None
     have_gib = gpu.memory_total_bytes / ar.GIB

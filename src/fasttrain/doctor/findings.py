@@ -59,13 +59,6 @@ def gib(n: float | None) -> str:
     return "?" if n is None else ar.human_bytes(n)
 
 
-def training_gpu(report: HardwareReport) -> GpuInfo | None:
-    """The GPU training runs on (torch's device 0: the first one torch can see), or None without CUDA."""
-    if not report.has_cuda or not report.gpus:
-        return None
-    return next((g for g in report.gpus if g.visible_to_torch is not False), report.gpus[0])
-
-
 def gpu_label(g: GpuInfo) -> str:
     return f"GPU {g.index} ({g.name})"
 

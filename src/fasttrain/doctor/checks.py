@@ -15,9 +15,9 @@ import functools
 from collections.abc import Callable
 from importlib import resources
 
-from fasttrain import doctor_gpu as g
-from fasttrain import doctor_host as h
-from fasttrain.findings import Context, Finding
+from fasttrain.doctor import gpu as g
+from fasttrain.doctor import host as h
+from fasttrain.doctor.findings import Context, Finding
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 

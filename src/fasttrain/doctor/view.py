@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.doctor_gpu import cudnn_text
-from fasttrain.findings import Finding
+from fasttrain.doctor.gpu import cudnn_text
+from fasttrain.doctor.findings import Finding
 from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
 from fasttrain.hardware.report import HardwareReport

@@ -5,7 +5,7 @@ Pure: each takes a findings.Context and returns a Finding, or None when it does 
 from __future__ import annotations
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.findings import (BUSY_UTILIZATION_PCT, CLOCK_LOW_FRACTION, FREE_MEMORY_FAIL_FRACTION, HARD_SLOWDOWNS,
+from fasttrain.doctor.findings import (BUSY_UTILIZATION_PCT, CLOCK_LOW_FRACTION, FREE_MEMORY_FAIL_FRACTION, HARD_SLOWDOWNS,
                                 OTHER_PROCESS_MIB, USED_MEMORY_WARN_GIB, Context, Finding, Status, gib, gpu_label,
                                 worse)
 

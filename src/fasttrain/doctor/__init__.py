@@ -1,0 +1,1 @@
+"""fasttrain.doctor.checks."""
