@@ -26,14 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from fasttrain.dashboard import Dashboard
-from fasttrain.optim import param_groups
+from fasttrain.train.optim import param_groups
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
-from fasttrain.runlog import RunLog
+from fasttrain.train.runlog import RunLog
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.models.tiny import tiny_cnn
 from fasttrain.hardware.probe import probe
-from fasttrain.trainer import Collaborators, Trainer
+from fasttrain.train.loop import Collaborators, Trainer
 
 
 class NullStream(io.TextIOBase):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from fasttrain import batch_search as bs
+from fasttrain.train import batch_search as bs
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile

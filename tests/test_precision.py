@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fasttrain.optim import LRSchedule, build_optimizer
-from fasttrain.precision import make_precision
+from fasttrain.train.optim import LRSchedule, build_optimizer
+from fasttrain.train.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.step import StepEngine
+from fasttrain.train.step import StepEngine
 from loop_helpers import tiny_mlp
 
 

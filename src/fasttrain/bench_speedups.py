@@ -252,9 +252,9 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
     Anything that fails to run is a skipped row with the reason, never a crash of the whole bench."""
     import torch
 
-    from fasttrain.batch_search import free_device_memory, is_oom
+    from fasttrain.train.batch_search import free_device_memory, is_oom
     from fasttrain.models.setup import CompileGuard
-    from fasttrain.trainer import Collaborators, Trainer
+    from fasttrain.train.loop import Collaborators, Trainer
 
     warnings: list[str] = []
     plan = variant.plan

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from fasttrain import launch
+from fasttrain.train import launch
 from fasttrain.core.errors import JobFailed, UserError
 
 app = typer.Typer(

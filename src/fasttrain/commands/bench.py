@@ -61,12 +61,12 @@ def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classe
     --batch-size auto` would run: the largest that fits, capped at the profile's samples per optimizer step."""
     if value is None:
         return None, None
-    from fasttrain.batch_search import check_batch_option
+    from fasttrain.train.batch_search import check_batch_option
 
     n = check_batch_option(value)
     if n is not None:
         return n, None
-    from fasttrain.batch_search import auto_batch
+    from fasttrain.train.batch_search import auto_batch
 
     say("--batch-size auto: searching the largest batch that fits (cached after the first run)")
     auto = auto_batch(plan, model, image_size, num_classes=num_classes, optim=optim)
@@ -199,7 +199,7 @@ def batch_cmd(
     """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
     profile's precision and memory format, with a safety margin; then the accumulation that keeps the profile's
     effective batch."""
-    from fasttrain import batch_search as bs
+    from fasttrain.train import batch_search as bs
     from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
 

@@ -117,7 +117,7 @@ def show_cmd(
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
     from fasttrain.profiles import presets
-    from fasttrain.launch import world_flags
+    from fasttrain.train.launch import world_flags
     from fasttrain.profiles.schema import SECTIONS
     res = presets.resolve(ref, sets=sets or [], flags=world_flags(nproc_per_node, nnodes))
     p = res.profile

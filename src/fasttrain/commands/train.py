@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from fasttrain.launch import DEFAULT_RDZV_TIMEOUT_S
+from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # train_run is imported only when a command runs
-    from fasttrain.train_run import Prepared
+    from fasttrain.train.run import Prepared
 
 
 def register(app: typer.Typer) -> None:
@@ -76,8 +76,8 @@ def train_cmd(
                                      help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
-    from fasttrain import train_run
-    from fasttrain.launch import LaunchSpec
+    from fasttrain.train import run as train_run
+    from fasttrain.train.launch import LaunchSpec
     from fasttrain.core.console import console, print_json
 
     given = _given(ctx)
@@ -120,7 +120,7 @@ def train_cmd(
 
 def _launch(prep: "Prepared") -> int:
     """Start the workers with this command line minus the launch flags; -> the job's exit code."""
-    from fasttrain import launch
+    from fasttrain.train import launch
     spec, plan = prep.args.launch, prep.plan
     assert spec is not None
     threads = None

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fasttrain.checkpoint import candidates, load
+from fasttrain.train.checkpoint import candidates, load
 from fasttrain.core.errors import Problem, UserError
 
 

@@ -31,16 +31,16 @@ from typing import Any
 
 import torch
 
-from fasttrain.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
+from fasttrain.train.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
 from fasttrain.core.errors import JobFailed, Problem, UserError
 from fasttrain.models.setup import CompileGuard, prepare_model
-from fasttrain.optim import LRSchedule, build_optimizer
+from fasttrain.train.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
-from fasttrain.precision import make_precision
+from fasttrain.train.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec, Profile
-from fasttrain.resilience import (MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook,
+from fasttrain.train.resilience import (MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook,
                                   free_device_memory, is_out_of_memory)
-from fasttrain.step import StepEngine, window_length
+from fasttrain.train.step import StepEngine, window_length
 
 
 @dataclass
@@ -138,7 +138,7 @@ class Trainer:
         self._signals = SignalHook.from_env()
         self.vote = None
         if dist is not None:
-            from fasttrain.distributed import StopVote
+            from fasttrain.train.distributed import StopVote
             self.vote = StopVote(dist)
             self.notes.extend(dist.notes)
 

@@ -277,7 +277,7 @@ def step_trial(plan: Any, model_factory: Callable[[], Any], *, image_size: int, 
     """A `try_batch` that runs two full training steps of the real step code at batch n on a fresh model.
     Two, because the first optimizer step allocates the optimizer state: the second step's forward and
     backward run with weights, gradients, optimizer state and activations all alive, the true peak."""
-    from fasttrain.trainer import run_synthetic_steps
+    from fasttrain.train.loop import run_synthetic_steps
 
     def try_batch(batch: int) -> Trial:
         started = time.perf_counter()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fasttrain.launch import WorkerWorld
+from fasttrain.train.launch import WorkerWorld
 
 # How long a collective may wait for the other ranks (a checkpoint save on rank 0 blocks the others at their
 # next collective; a big one on a slow disk takes a minute or two). torch's own default is 10 min for NCCL.

@@ -21,7 +21,7 @@ from typing import Any
 
 from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
+from fasttrain.train.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles.presets import Resolved
 from fasttrain.hardware.report import HardwareReport
@@ -118,7 +118,7 @@ def prepare(args: TrainArgs) -> Prepared:
     """Everything up to the plan; every bad input raises UserError before any training starts."""
     resume_path, payload = None, None
     if args.resume:
-        from fasttrain.resume import apply_saved_args, find_checkpoint
+        from fasttrain.train.resume import apply_saved_args, find_checkpoint
         resume_path, payload, skipped = find_checkpoint(args.resume, args.runs_dir, args.run_name)
         apply_saved_args(args, payload, RESUMED_FIELDS)
         args.runs_dir, args.run_name = resume_path.parent.parent, resume_path.parent.name
@@ -130,7 +130,7 @@ def prepare(args: TrainArgs) -> Prepared:
             raise UserError([Problem(flag, "must be at least 1", value=value)])
     if args.save_every_minutes is not None and args.save_every_minutes <= 0:
         raise UserError([Problem("--save-every-minutes", "must be positive", value=args.save_every_minutes)])
-    from fasttrain.resilience import ON_NAN_MODES
+    from fasttrain.train.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
     world = worker_world()
@@ -162,7 +162,7 @@ def prepare(args: TrainArgs) -> Prepared:
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
                                  plan.batch_size)])
     if payload is not None:
-        from fasttrain.resume import check_resumable
+        from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
 
@@ -198,7 +198,7 @@ def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: 
 def _apply_batch_size(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
                       num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str | None]:
     """--batch-size N|auto (a flag, so it wins over --set) -> (re-resolved profile, note for the plan)."""
-    from fasttrain import batch_search
+    from fasttrain.train import batch_search
     batch_flags, note = batch_search.batch_size_flags(args.batch_size or "", resolved.profile, report, model_name,
                                                       num_classes)
     return presets.resolve(ref, sets=args.sets, flags={**flag_overrides(args, world), **batch_flags}), note
@@ -256,7 +256,7 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
 
 def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
     """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first."""
-    from fasttrain import distributed
+    from fasttrain.train import distributed
     with distributed.joined(prep.world, prep.plan.device) as dist:
         return _execute(prep, stream, dist)
 
@@ -266,15 +266,15 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
 
     import torch
 
-    from fasttrain.checkpoint import CheckpointPolicy
+    from fasttrain.train.checkpoint import CheckpointPolicy
     from fasttrain.dashboard import Dashboard, choose_mode
     from fasttrain.datasets.build import SyntheticBatches
     from fasttrain.models.registry import create_model
-    from fasttrain.resilience import GracefulStop, quiet_workers, shutdown_workers
-    from fasttrain.resume import restore_sampler
-    from fasttrain.runlog import RunLog, new_run_dir
+    from fasttrain.train.resilience import GracefulStop, quiet_workers, shutdown_workers
+    from fasttrain.train.resume import restore_sampler
+    from fasttrain.train.runlog import RunLog, new_run_dir
     from fasttrain.telemetry.recorder import Telemetry
-    from fasttrain.trainer import Collaborators, Interrupted, Trainer
+    from fasttrain.train.loop import Collaborators, Interrupted, Trainer
 
     args, plan, bundle, profile = prep.args, prep.plan, prep.bundle, prep.resolved.profile
     main = prep.is_main
@@ -449,7 +449,7 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
 
 def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: Any, torch: Any) -> dict[str, Any]:
     if result is None:  # stopped before fit() began
-        from fasttrain.trainer import FitResult
+        from fasttrain.train.loop import FitResult
         result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False)
     last = result.history[-1] if result.history else {}
     images = sum(r.get("train_images", 0) for r in result.history)
