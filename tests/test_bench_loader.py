@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import bench_loader as bl
+from fasttrain.bench import loader as bl
 from fasttrain.profiles import presets
 
 MIB = 2**20

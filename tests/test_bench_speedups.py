@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain import bench_speedups as bsp
+from fasttrain.bench import speedups as bsp
 from fasttrain.profiles.schema import LoaderSpec, Profile
 from fasttrain.hardware.report import HardwareReport
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.bench_results import new_bench_dir, read_result
+from fasttrain.bench.results import new_bench_dir, read_result
 from test_bench_loader import tiny_image_folder
 
 SMALL = ["--profile", "cpu", "--image-size", "16"]
@@ -109,7 +109,7 @@ def test_speedups_with_batch_size_auto_uses_the_searched_batch(cli, tmp_path: Pa
 
 
 def _speedups_result(rate_cl: float, base: float = 100.0) -> dict:
-    from fasttrain.bench_results import envelope
+    from fasttrain.bench.results import envelope
 
     rows = [{"setting": "baseline", "images_per_s": base, "speedup": 1.0, "status": "measured"},
             {"setting": "channels_last", "images_per_s": rate_cl, "speedup": rate_cl / base, "status": "measured"},
@@ -118,7 +118,7 @@ def _speedups_result(rate_cl: float, base: float = 100.0) -> dict:
 
 
 def test_compare_two_results(cli, tmp_path: Path) -> None:
-    from fasttrain.bench_results import compare, write_result
+    from fasttrain.bench.results import compare, write_result
 
     out = compare(_speedups_result(90), _speedups_result(180))
     by = {r["key"]: r for r in out["rows"]}

@@ -74,7 +74,7 @@ def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classe
 
 
 def _save(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> Path:
-    from fasttrain.bench_results import envelope, new_bench_dir, write_result
+    from fasttrain.bench.results import envelope, new_bench_dir, write_result
 
     run_dir = out if out is not None else new_bench_dir(kind)
     data = envelope(kind, result, report)
@@ -121,7 +121,7 @@ def speedups_cmd(
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
     beside the speed-ups the field notes claim. Synthetic inputs on the device: the model alone."""
-    from fasttrain.bench_speedups import SETTINGS, bench_speedups
+    from fasttrain.bench.speedups import SETTINGS, bench_speedups
 
     names = [n for n, _ in SETTINGS]
     chosen = _names(only, "--only", names)
@@ -269,7 +269,7 @@ def loader_cmd(
     """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
     the profile's batch and augmentation; the knee, the recommended setting within the RAM budget, and whether it
     keeps up with the model."""
-    from fasttrain import bench_loader as bl
+    from fasttrain.bench import loader as bl
 
     try:
         factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
@@ -348,7 +348,7 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
     from rich.table import Table
 
     from fasttrain.core.arithmetic import human_bytes
-    from fasttrain.bench_speedups import claims_text, load_claims
+    from fasttrain.bench.speedups import claims_text, load_claims
 
     con = console()
     top = max(p.images_per_s for p in points)
@@ -393,7 +393,7 @@ def compare_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Two bench results side by side: images/s of A and B per row and the ratio B/A."""
-    from fasttrain.bench_results import compare, read_result
+    from fasttrain.bench.results import compare, read_result
 
     loaded = []
     for name, path in (("A", a), ("B", b)):
