@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fasttrain.dashboard import Dashboard
+from fasttrain.ui.dashboard import Dashboard
 from fasttrain.train.optim import param_groups
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve

@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fasttrain.profiles import presets
-from fasttrain.dashboard import REFRESH_PER_SECOND, Dashboard
+from fasttrain.ui.dashboard import REFRESH_PER_SECOND, Dashboard
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.train.runlog import RunLog

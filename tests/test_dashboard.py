@@ -8,9 +8,9 @@ import threading
 import pytest
 from rich.console import Console
 
-from fasttrain import dashboard as db
+from fasttrain.ui import dashboard as db
 from fasttrain.profiles import presets
-from fasttrain.dashboard import Dashboard, choose_mode
+from fasttrain.ui.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.telemetry.recorder import StepRecord, Telemetry

@@ -267,7 +267,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
     import torch
 
     from fasttrain.train.checkpoint import CheckpointPolicy
-    from fasttrain.dashboard import Dashboard, choose_mode
+    from fasttrain.ui.dashboard import Dashboard, choose_mode
     from fasttrain.datasets.build import SyntheticBatches
     from fasttrain.models.registry import create_model
     from fasttrain.train.resilience import GracefulStop, quiet_workers, shutdown_workers

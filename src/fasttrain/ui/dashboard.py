@@ -338,7 +338,7 @@ class Dashboard:
 
     def render(self) -> Any:
         """The live screen as one Rich renderable (also used by tests)."""
-        from fasttrain import dashboard_view
+        from fasttrain.ui import dashboard_view
 
         snap = self._current() or {}
         return dashboard_view.screen(self, snap)

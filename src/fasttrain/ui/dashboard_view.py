@@ -19,11 +19,11 @@ from rich.text import Text
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.telemetry import verdict as vd
-from fasttrain.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_duration, fmt_num, fmt_value, measured_vs_forecast,
+from fasttrain.ui.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_duration, fmt_num, fmt_value, measured_vs_forecast,
                                  progress_of)
 
 if TYPE_CHECKING:
-    from fasttrain.dashboard import Dashboard
+    from fasttrain.ui.dashboard import Dashboard
 
 VERDICT_STYLE = {"input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}

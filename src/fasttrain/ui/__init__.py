@@ -1,0 +1,1 @@
+"""fasttrain.ui."""
