@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from fasttrain.hardware import gpus  # noqa: E402
 from fasttrain.estimate import calibration
-from fasttrain.estimate.roofline import Ceilings, OpTable, step_time  # noqa: E402
+from fasttrain.estimate.roofline import OpTable, step_time  # noqa: E402
 
 # Factors nothing published can fit: stated, not fitted (see docs/estimate.md).
 ASSUMED_GPU = {

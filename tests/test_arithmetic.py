@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fasttrain.core import arithmetic as ar
+from fasttrain.core.format import fmt_bytes
 
 
 def test_lr_scales_linearly_with_total_batch() -> None:
@@ -60,5 +61,5 @@ def test_default_workers_and_budget_cap() -> None:
 
 
 def test_human_bytes_units() -> None:
-    assert ar.human_bytes(230 * ar.MIB) == "230 MiB"
-    assert ar.human_bytes(8.1 * ar.GIB) == "8.1 GiB"
+    assert fmt_bytes(230 * ar.MIB) == "230 MiB"
+    assert fmt_bytes(8.1 * ar.GIB) == "8.1 GiB"

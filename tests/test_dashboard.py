@@ -14,6 +14,7 @@ from fasttrain.ui.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.core.format import fmt_clock
 
 ESC = re.compile(r"\x1b|\[\d+m")
 FORECAST = {"images_per_s": 800.0, "step_time_s": 0.08, "peak_memory_bytes": 6 * 2**30}
@@ -180,7 +181,7 @@ def test_progress_and_eta_over_epochs() -> None:
     snap = {"epoch": 2, "batch_index": 9, "batches_in_epoch": 100, "step_time_s": 0.5}
     assert db.progress_of(snap, 400) == (210, 400)
     assert db.eta_s(snap, 400) == pytest.approx(190 * 0.5)
-    assert db.fmt_duration(3725) == "1:02:05"
+    assert fmt_clock(3725) == "1:02:05"
     assert (db.fmt_value("wall_s", 129.4), db.fmt_value("val_s", 10.06), db.fmt_value("step_time_s", 0.0123)) == \
         ("0:02:09", "10.1 s", "0.0123 s")
     assert (db.fmt_value("images_per_s", 640.0), db.fmt_value("peak_bytes", 3 * 2**30)) == ("640", "3.0 GiB")

@@ -8,7 +8,6 @@ that optimizer step: a real signal through the real handler, no race with a cloc
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from fasttrain.core import arithmetic as ar
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.core.format import fmt_bytes
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int
                                       profile.world.gpus_per_node)
     if workers and fitted < workers:
         workers = fitted
-        reasons.append(f"capped to keep loader RAM inside the {ar.human_bytes(budget)} budget")
+        reasons.append(f"capped to keep loader RAM inside the {fmt_bytes(budget)} budget")
     return workers, "; ".join(reasons) or "asked"
 
 

@@ -12,6 +12,7 @@ sum is what the machine really gives up, and it is what the RAM budget is checke
 Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
 """
 from __future__ import annotations
+from fasttrain.core.format import fmt_bytes
 
 import dataclasses
 import statistics
@@ -130,16 +131,16 @@ def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE
     fitting = overlapping or fitting
     if not fitting:
         least = min(points, key=lambda p: p.ram_bytes)
-        return least, (f"no setting fits the {_gib(ram_budget_bytes)} RAM budget; the leanest "
-                       f"({Setting(least.workers, least.prefetch).label}) used {_gib(least.ram_bytes)}")
+        return least, (f"no setting fits the {fmt_bytes(ram_budget_bytes)} RAM budget; the leanest "
+                       f"({Setting(least.workers, least.prefetch).label}) used {fmt_bytes(least.ram_bytes)}")
     knee = find_knee(fitting, fraction)
     same = [p for p in fitting if p.workers == knee.workers and p.images_per_s >= fraction * knee.images_per_s]
     choice = min(same, key=lambda p: p.prefetch or 0)
     top = max(p.images_per_s for p in fitting)
     dropped = sum(1 for p in points if p.ram_bytes > ram_budget_bytes)
     reason = (f"fewest workers reaching {fraction:.0%} of the best rate ({top:.0f} img/s)"
-              + (f"; {dropped} settings over the {_gib(ram_budget_bytes)} RAM budget left out" if dropped else
-                 f"; RAM {_gib(choice.ram_bytes)} within the {_gib(ram_budget_bytes)} budget"))
+              + (f"; {dropped} settings over the {fmt_bytes(ram_budget_bytes)} RAM budget left out" if dropped else
+                 f"; RAM {fmt_bytes(choice.ram_bytes)} within the {fmt_bytes(ram_budget_bytes)} budget"))
     return choice, reason
 
 
@@ -194,12 +195,6 @@ def profile_yaml(extends: str, choice: Point, note: str) -> str:
     else:
         lines += ["  prefetch_factor: null", "  persistent_workers: false"]
     return "\n".join(lines) + "\n"
-
-
-def _gib(n: float) -> str:
-    from fasttrain.core.arithmetic import human_bytes
-
-    return human_bytes(n)
 
 
 # -- measurement ---------------------------------------------------------------------------------------------
@@ -312,7 +307,7 @@ def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batch
             samples.append(row)
             if progress is not None:
                 progress(f"round {r + 1}/{rounds} {s.label}: {row['images_per_s']:.0f} img/s, "
-                         f"RAM {_gib(row['ram_bytes'])}")
+                         f"RAM {fmt_bytes(row['ram_bytes'])}")
     return samples
 
 

@@ -222,7 +222,7 @@ def batch_cmd(
         return
     from rich.table import Table
 
-    from fasttrain.core.arithmetic import human_bytes
+    from fasttrain.core.format import fmt_bytes
 
     con = console()
     search = auto.search
@@ -233,7 +233,7 @@ def batch_cmd(
         table.add_column(col, justify="right" if col != "result" else "left")
     for i, t in enumerate(search.trials, 1):
         table.add_row(str(i), str(t.batch), "ran" if t.ok else f"OOM ({t.reason[:60]})", f"{t.seconds:.1f}",
-                      human_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
+                      fmt_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
     con.print(table)
     con.print(auto.message)
     if result.get("note"):
@@ -347,7 +347,7 @@ def loader_cmd(
 def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, path: Path) -> None:
     from rich.table import Table
 
-    from fasttrain.core.arithmetic import human_bytes
+    from fasttrain.core.format import fmt_bytes
     from fasttrain.bench.speedups import claims_text, load_claims
 
     con = console()
@@ -365,7 +365,7 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
         spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
         table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
                       _bar(p.images_per_s, top),
-                      human_bytes(p.ram_bytes), human_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
+                      fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
     con.print(table)
     con.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
               f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")

@@ -8,6 +8,7 @@ import typer
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.console import console, print_json
+from fasttrain.core.format import fmt_bytes
 
 if TYPE_CHECKING:
     from fasttrain.profiles.schema import Profile
@@ -80,16 +81,16 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
          f"{p.loader.batch_size} per device x {p.optim.accumulation_steps} accumulation x {w} devices"),
         ("scaled LR", f"{p.scaled_lr:.6g}",
          f"{p.optim.base_lr:g} x {p.effective_batch} / {p.optim.base_batch} (linear rule)"),
-        ("batch bytes", ar.human_bytes(p.batch_bytes),
+        ("batch bytes", fmt_bytes(p.batch_bytes),
          f"{p.loader.batch_size} x 3 x {p.loader.image_size} x {p.loader.image_size} x 4 B x {p.loader.batch_overhead:g}"),
     ]
     pf = p.loader.prefetch_factor or 2
     used, budget = p.loader_ram_bytes, p.ram_budget_bytes
     procs = f" x {p.world.gpus_per_node} processes" if p.world.gpus_per_node > 1 else ""
-    working = (f"{p.loader.num_workers} workers x {pf} prefetch x {ar.human_bytes(p.batch_bytes)}{procs}"
+    working = (f"{p.loader.num_workers} workers x {pf} prefetch x {fmt_bytes(p.batch_bytes)}{procs}"
                if p.loader.num_workers else "0 workers: one batch in the main process")
-    rows.append(("loader RAM per machine", ar.human_bytes(used),
-                 f"{working}; budget {ar.human_bytes(budget)} = {p.hardware.ram_budget_fraction:.0%} of "
+    rows.append(("loader RAM per machine", fmt_bytes(used),
+                 f"{working}; budget {fmt_bytes(budget)} = {p.hardware.ram_budget_fraction:.0%} of "
                  f"{p.hardware.host_ram_gb:g} GiB"))
     if w > 1:
         rows.append(("total workers", str(p.loader.num_workers * w), f"{p.loader.num_workers} x {w} devices"))

@@ -80,11 +80,6 @@ def workers_within_budget(workers: int, prefetch_factor: int | None, one_batch_b
     return 0
 
 
-def human_bytes(n: float) -> str:
-    """GiB above 1 GiB, else MiB: the units nvidia-smi and the notes use."""
-    if abs(n) >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    return f"{n / MIB:.0f} MiB"
 
 
 def loader_shm_bytes(workers: int, prefetch_factor: int | None, raw_batch_bytes: int, processes_per_node: int = 1) -> int:

@@ -9,8 +9,13 @@ from rich.console import Console
 
 
 def is_tty(stream: Any = None) -> bool:
-    stream = stream or sys.stdout
-    return bool(getattr(stream, "isatty", lambda: False)())
+    """The one terminal check: a real terminal gets colour and live screens; pipes, files and CI get plain text."""
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if isatty else False
+    except ValueError:  # a closed stream
+        return False
 
 
 def console() -> Console:

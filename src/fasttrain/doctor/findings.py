@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from fasttrain.core import arithmetic as ar
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 
@@ -54,9 +53,6 @@ class Context:
             return 0
         return self.profile.loader.num_workers * self.profile.world.gpus_per_node
 
-
-def gib(n: float | None) -> str:
-    return "?" if n is None else ar.human_bytes(n)
 
 
 def gpu_label(g: GpuInfo) -> str:

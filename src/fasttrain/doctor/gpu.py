@@ -5,8 +5,9 @@ Pure: each takes a findings.Context and returns a Finding, or None when it does 
 from __future__ import annotations
 
 from fasttrain.core import arithmetic as ar
+from fasttrain.core.format import fmt_bytes
 from fasttrain.doctor.findings import (BUSY_UTILIZATION_PCT, CLOCK_LOW_FRACTION, FREE_MEMORY_FAIL_FRACTION, HARD_SLOWDOWNS,
-                                OTHER_PROCESS_MIB, USED_MEMORY_WARN_GIB, Context, Finding, Status, gib, gpu_label,
+                                OTHER_PROCESS_MIB, USED_MEMORY_WARN_GIB, Context, Finding, Status, gpu_label,
                                 worse)
 
 
@@ -106,9 +107,9 @@ def rule_gpu_busy(c: Context) -> Finding | None:
         free = g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes - used
         if not others and used < USED_MEMORY_WARN_GIB * ar.GIB and (g.utilization_pct or 0) < BUSY_UTILIZATION_PCT:
             continue
-        who = ", ".join(f"pid {p.pid} {p.name or '?'} {gib(p.used_bytes)}" for p in others) or \
+        who = ", ".join(f"pid {p.pid} {p.name or '?'} {fmt_bytes(p.used_bytes)}" for p in others) or \
             "no process listed (another container?)"
-        detail = (f"{gpu_label(g)}: {gib(used)} of {gib(g.memory_total_bytes)} already used, {gib(free)} free, "
+        detail = (f"{gpu_label(g)}: {fmt_bytes(used)} of {fmt_bytes(g.memory_total_bytes)} already used, {fmt_bytes(free)} free, "
                   f"utilisation {g.utilization_pct if g.utilization_pct is not None else '?'}%; held by: {who}")
         status: Status = "fail" if free < FREE_MEMORY_FAIL_FRACTION * g.memory_total_bytes else "warn"
         fix = ("stop those processes (nvidia-smi shows them) or pick another GPU with CUDA_VISIBLE_DEVICES; "

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding, gib
+from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding
+from fasttrain.core.format import fmt_bytes
 
 VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)
 
@@ -30,11 +31,11 @@ def rule_shm(c: Context) -> Finding | None:
     raw = ar.batch_bytes(p.loader.batch_size, p.loader.image_size)  # tensors as they sit in shm, no decode overhead
     need = ar.loader_shm_bytes(p.loader.num_workers, p.loader.prefetch_factor, raw, p.world.gpus_per_node)
     free = m.shm_free_bytes if m.shm_free_bytes is not None else m.shm_total_bytes
-    size = f"/dev/shm {gib(m.shm_total_bytes)} ({gib(free)} free)"
+    size = f"/dev/shm {fmt_bytes(m.shm_total_bytes)} ({fmt_bytes(free)} free)"
     if need == 0:
         return Finding("shm", "ok", f"{size}; 0 workers: the loader does not use it")
     detail = (f"{_loader_words(c)} keep up to {p.loader.num_workers} x {p.loader.prefetch_factor or 2} + 1 batches of "
-              f"{gib(raw)} in shared memory = {gib(need)}; {size}")
+              f"{fmt_bytes(raw)} in shared memory = {fmt_bytes(need)}; {size}")
     fits = ar.workers_within_budget(p.loader.num_workers, p.loader.prefetch_factor, raw,
                                     int(free * SHM_WARN_FRACTION), p.world.gpus_per_node)
     suggest = max(math.ceil(need * 2 / ar.GIB), 1)
@@ -45,7 +46,7 @@ def rule_shm(c: Context) -> Finding | None:
                        detail + ": workers will die with 'bus error' (\"insufficient shared memory\")", fix)
     if need > SHM_WARN_FRACTION * free:
         return Finding("shm", "warn", "/dev/shm nearly filled by the planned DataLoader workers", detail, fix)
-    return Finding("shm", "ok", f"/dev/shm fits the loader ({gib(need)} of {gib(free)} free)", detail)
+    return Finding("shm", "ok", f"/dev/shm fits the loader ({fmt_bytes(need)} of {fmt_bytes(free)} free)", detail)
 
 
 def rule_loader_ram(c: Context) -> Finding | None:
@@ -55,9 +56,9 @@ def rule_loader_ram(c: Context) -> Finding | None:
         return None
     used = p.loader_ram_bytes
     budget = ar.ram_budget_bytes(m.ram_total_bytes / ar.GIB, p.hardware.ram_budget_fraction)
-    detail = (f"{_loader_words(c)}: {gib(p.batch_bytes)} per batch -> {gib(used)} of host RAM; budget "
-              f"{gib(budget)} = {p.hardware.ram_budget_fraction:.0%} of {gib(m.ram_total_bytes)}, "
-              f"{gib(m.ram_available_bytes)} available now")
+    detail = (f"{_loader_words(c)}: {fmt_bytes(p.batch_bytes)} per batch -> {fmt_bytes(used)} of host RAM; budget "
+              f"{fmt_bytes(budget)} = {p.hardware.ram_budget_fraction:.0%} of {fmt_bytes(m.ram_total_bytes)}, "
+              f"{fmt_bytes(m.ram_available_bytes)} available now")
     fits = ar.workers_within_budget(p.loader.num_workers, p.loader.prefetch_factor, p.batch_bytes,
                                     min(budget, m.ram_available_bytes), p.world.gpus_per_node)
     fix = (f"--set loader.num_workers={fits} (or lower loader.prefetch_factor / loader.batch_size)" if fits
@@ -68,7 +69,7 @@ def rule_loader_ram(c: Context) -> Finding | None:
     if p.loader.num_workers and used > budget:
         return Finding("loader-ram", "warn", "loader RAM over the budget", detail +
                        f"; the plan will cap workers at {fits}", fix)
-    return Finding("loader-ram", "ok", f"loader RAM {gib(used)} within the {gib(budget)} budget", detail)
+    return Finding("loader-ram", "ok", f"loader RAM {fmt_bytes(used)} within the {fmt_bytes(budget)} budget", detail)
 
 
 def rule_workers_vs_cores(c: Context) -> Finding | None:
@@ -147,11 +148,11 @@ def rule_disk_free(c: Context) -> Finding | None:
     disk = next((d for d in c.report.disks if d.role == "cwd"), None)
     if disk is None or disk.free_bytes is None:
         return None
-    detail = f"{disk.path}: {gib(disk.free_bytes)} free of {gib(disk.total_bytes)}"
+    detail = f"{disk.path}: {fmt_bytes(disk.free_bytes)} free of {fmt_bytes(disk.total_bytes)}"
     if disk.free_bytes < DISK_FREE_WARN_GIB * ar.GIB:
         return Finding("disk-free", "warn", "little free disk for runs/ and checkpoints", detail,
                        "free some space or run from a larger disk (runs/<name>/ holds checkpoints)")
-    return Finding("disk-free", "ok", f"{gib(disk.free_bytes)} free for runs/ and checkpoints", detail)
+    return Finding("disk-free", "ok", f"{fmt_bytes(disk.free_bytes)} free for runs/ and checkpoints", detail)
 
 
 def rule_env(c: Context) -> Finding | None:

@@ -10,18 +10,15 @@ from typing import Any
 from rich.panel import Panel
 from rich.table import Table
 
-from fasttrain.core import arithmetic as ar
 from fasttrain.doctor.gpu import cudnn_text
 from fasttrain.doctor.findings import Finding
 from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.core.format import fmt_bytes
 
 STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
 
-
-def _gib(n: float | None) -> str:
-    return "-" if n is None else ar.human_bytes(n)
 
 
 def _kv_table() -> Table:
@@ -32,7 +29,7 @@ def _kv_table() -> Table:
 
 
 def _gpu_line(g: Any) -> str:
-    parts = [f"{_gib(g.memory_used_bytes)} / {_gib(g.memory_total_bytes)} used"]
+    parts = [f"{fmt_bytes(g.memory_used_bytes, '-')} / {fmt_bytes(g.memory_total_bytes, '-')} used"]
     if g.utilization_pct is not None:
         parts.append(f"util {g.utilization_pct:g}%")
     if g.temperature_c is not None:
@@ -63,14 +60,14 @@ def hardware_panel(r: HardwareReport) -> Panel:
     t.add_row("CPU", f"{c.model}: {c.physical_cores or '?'} physical / {c.logical_cores} logical, {r.cores} usable, "
                      f"load {c.load_1m if c.load_1m is not None else '?'}")
     m = r.memory
-    limit = f" (container limit {_gib(m.cgroup_limit_bytes)})" if m.cgroup_limit_bytes else ""
-    t.add_row("RAM", f"{_gib(m.ram_available_bytes)} available of {_gib(m.ram_total_bytes)}{limit}; "
-                     f"swap {_gib(m.swap_used_bytes)} / {_gib(m.swap_total_bytes)}")
-    t.add_row("/dev/shm", f"{_gib(m.shm_free_bytes)} free of {_gib(m.shm_total_bytes)}")
+    limit = f" (container limit {fmt_bytes(m.cgroup_limit_bytes, '-')})" if m.cgroup_limit_bytes else ""
+    t.add_row("RAM", f"{fmt_bytes(m.ram_available_bytes, '-')} available of {fmt_bytes(m.ram_total_bytes, '-')}{limit}; "
+                     f"swap {fmt_bytes(m.swap_used_bytes, '-')} / {fmt_bytes(m.swap_total_bytes, '-')}")
+    t.add_row("/dev/shm", f"{fmt_bytes(m.shm_free_bytes, '-')} free of {fmt_bytes(m.shm_total_bytes, '-')}")
     for d in r.disks:
         speed = (f"; read {d.read_mb_per_s:,.1f} MB/s, {d.files_per_s:,.0f} files/s ({d.sample_files} files)"
                  if d.files_per_s else "")
-        t.add_row(f"disk ({d.role})", f"{d.path}: {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}{speed}")
+        t.add_row(f"disk ({d.role})", f"{d.path}: {fmt_bytes(d.free_bytes, '-')} free of {fmt_bytes(d.total_bytes, '-')}{speed}")
     return Panel(t, title="hardware", title_align="left")
 
 

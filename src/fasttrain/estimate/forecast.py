@@ -16,6 +16,7 @@ from fasttrain.estimate.calibration import DeviceCeilings
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, step_time
+from fasttrain.core.format import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -211,8 +212,8 @@ def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None,
                loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings) -> dict[str, str]:
     """The one thing that limits the run, and the number that shows it."""
     if not host.fits:
-        return {"name": "host RAM", "evidence": f"loaders and processes need {ar.human_bytes(host.total)} "
-                                                f"of {ar.human_bytes(host.capacity)} RAM"}
+        return {"name": "host RAM", "evidence": f"loaders and processes need {fmt_bytes(host.total)} "
+                                                f"of {fmt_bytes(host.capacity)} RAM"}
     if loader_rate is not None and compute_rate is not None and loader_rate < compute_rate:
         need = math.ceil(compute_rate / loader.images_per_s_per_worker)
         return {"name": "data loading", "evidence": f"{workers} workers decode {loader_rate:,.0f} images/s, "

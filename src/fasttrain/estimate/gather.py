@@ -20,6 +20,7 @@ from fasttrain.estimate.forecast import Forecast, LoaderSample, forecast
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.core.format import fmt_bytes
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
 
@@ -190,9 +191,9 @@ def compare_row(name: str, fc: Forecast) -> dict[str, Any]:
     if mem.fits is None:
         verdict = "unknown VRAM"
     elif mem.fits:
-        verdict = f"fits {ar.human_bytes(mem.total)} / {ar.human_bytes(mem.capacity)}"
+        verdict = f"fits {fmt_bytes(mem.total)} / {fmt_bytes(mem.capacity)}"
     else:
-        verdict = f"OOM {ar.human_bytes(mem.total)} / {ar.human_bytes(mem.capacity)}, max batch {mem.largest_batch}"
+        verdict = f"OOM {fmt_bytes(mem.total)} / {fmt_bytes(mem.capacity)}, max batch {mem.largest_batch}"
     return {"name": name, "device": fc.device["name"], "batch_size": fc.schedule["batch_size"],
             "precision": fc.schedule["precision"], "images_per_s": fc.speed["images_per_s"],
             "epoch_s": fc.time["epoch_s"], "total_s": fc.time["total_s"], "memory_fits": mem.fits,

@@ -3,20 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fasttrain.core.arithmetic import human_bytes
 from fasttrain.estimate.forecast import Forecast
+from fasttrain.core.format import fmt_bytes, fmt_duration
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -44,7 +34,7 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
     t.add_row("forward", _num(m["forward_flops_per_sample"] / 1e9, unit=" GFLOP"), "torch.utils.flop_counter")
     t.add_row("training", _num(m["train_flops_per_sample"] / 1e9, unit=" GFLOP"),
               f"forward + backward = {m['train_flops_per_sample'] / max(m['forward_flops_per_sample'], 1):.2f} x forward")
-    t.add_row("activations", human_bytes(m["activation_bytes_per_sample"]),
+    t.add_row("activations", fmt_bytes(m["activation_bytes_per_sample"]),
               f"saved for backward, {m['activation_dtype']}, at {m['image_size']} px")
     out.print(t)
 
@@ -62,35 +52,35 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
               _num(sp["it_per_s"], "{:.2f}", " it/s") if sp["it_per_s"] else "")
     t.add_row("images/s", _num(sp["images_per_s"], "{:,.0f}"),
               f"per device {_num(sp['images_per_s_per_device'], '{:,.0f}')}")
-    t.add_row("epoch", duration(fc.time["epoch_s"]), "")
-    t.add_row("total", duration(fc.time["total_s"]), f"{s['epochs']} epochs")
+    t.add_row("epoch", fmt_duration(fc.time["epoch_s"]), "")
+    t.add_row("total", fmt_duration(fc.time["total_s"]), f"{s['epochs']} epochs")
     t.add_row("MFU", _num(sp["mfu"], "{:.0%}"), f"of peak {_num((fc.device['peak_flops'] or 0) / 1e12 or None, '{:.1f}', ' TFLOP/s')}")
     out.print(t)
 
     mem = fc.memory
     where = "GPU memory (per device)" if fc.device["kind"] == "gpu" else "training memory (host RAM)"
     t = _table(where)
-    t.add_row("weights + gradients", human_bytes(mem.weights + mem.gradients), "fp32")
-    t.add_row("optimizer state", human_bytes(mem.optimizer_state), "SGD momentum 1x, Adam/AdamW 2x params")
+    t.add_row("weights + gradients", fmt_bytes(mem.weights + mem.gradients), "fp32")
+    t.add_row("optimizer state", fmt_bytes(mem.optimizer_state), "SGD momentum 1x, Adam/AdamW 2x params")
     if mem.autocast_copies:
-        t.add_row("autocast weight copies", human_bytes(mem.autocast_copies), "half-precision copy per step")
-    t.add_row("activations", human_bytes(mem.activations),
-              f"{human_bytes(mem.activation_bytes_per_sample)} x {sch['batch_size']} x allocator overhead")
+        t.add_row("autocast weight copies", fmt_bytes(mem.autocast_copies), "half-precision copy per step")
+    t.add_row("activations", fmt_bytes(mem.activations),
+              f"{fmt_bytes(mem.activation_bytes_per_sample)} x {sch['batch_size']} x allocator overhead")
     if mem.workspace:
-        t.add_row("workspace + CUDA context", human_bytes(mem.workspace), "")
-    cap = "unknown" if mem.capacity is None else human_bytes(mem.capacity)
+        t.add_row("workspace + CUDA context", fmt_bytes(mem.workspace), "")
+    cap = "unknown" if mem.capacity is None else fmt_bytes(mem.capacity)
     verdict = "unknown" if mem.fits is None else ("fits" if mem.fits else "DOES NOT FIT")
-    t.add_row("total", human_bytes(mem.total), f"of {cap}: {verdict}")
+    t.add_row("total", fmt_bytes(mem.total), f"of {cap}: {verdict}")
     t.add_row("largest batch that fits", "unknown" if mem.largest_batch is None else f"{mem.largest_batch:,}", "")
     out.print(t)
 
     h = fc.host_ram
     t = _table("host RAM (per machine)")
-    t.add_row("loader buffers", human_bytes(h.loader_buffers), f"workers x prefetch x batch bytes; budget {human_bytes(h.loader_budget)}")
-    t.add_row("processes", human_bytes(h.processes), "main process + workers")
+    t.add_row("loader buffers", fmt_bytes(h.loader_buffers), f"workers x prefetch x batch bytes; budget {fmt_bytes(h.loader_budget)}")
+    t.add_row("processes", fmt_bytes(h.processes), "main process + workers")
     if h.model_training:
-        t.add_row("training state", human_bytes(h.model_training), "the CPU trains in RAM")
-    t.add_row("total", human_bytes(h.total), f"of {human_bytes(h.capacity)}: {'fits' if h.fits else 'DOES NOT FIT'}")
+        t.add_row("training state", fmt_bytes(h.model_training), "the CPU trains in RAM")
+    t.add_row("total", fmt_bytes(h.total), f"of {fmt_bytes(h.capacity)}: {'fits' if h.fits else 'DOES NOT FIT'}")
     out.print(t)
 
     ld = fc.loader
@@ -125,7 +115,7 @@ def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
         table.add_column(col, justify="left" if col in ("name", "device", "precision", "memory") else "right")
     for r in rows:
         table.add_row(r["name"], r["device"], str(r["batch_size"]), r["precision"],
-                      _num(r["images_per_s"], "{:,.0f}"), duration(r["epoch_s"]), duration(r["total_s"]),
+                      _num(r["images_per_s"], "{:,.0f}"), fmt_duration(r["epoch_s"]), fmt_duration(r["total_s"]),
                       r["memory_verdict"], _usd(r["on_demand_per_run"]), _usd(r["spot_per_run"]))
     out.print(table)
     for r in rows:
@@ -141,7 +131,7 @@ def render_measure(result: dict[str, Any], out: Any) -> None:
     for key, label, fmt in (("images_per_s", "images/s", "{:,.1f}"), ("step_time_s", "step time (s)", "{:.3f}"),
                             ("peak_memory_bytes", "peak memory", None)):
         f, m = result["forecast"].get(key), result["measured"].get(key)
-        show = (lambda v: human_bytes(v)) if fmt is None else (lambda v: fmt.format(v))
+        show = (lambda v: fmt_bytes(v)) if fmt is None else (lambda v: fmt.format(v))
         ratio = f"{m / f:.2f}" if f and m else "-"
         table.add_row(label, "unknown" if f is None else show(f), "-" if m is None else show(m), ratio)
     out.print(table)

@@ -19,6 +19,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.profiles import presets
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
+from fasttrain.core.format import fmt_bytes
 
 CPU_PRESET = "cpu"
 
@@ -194,7 +195,7 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
     by_ram = ar.workers_within_budget(workers, prefetch, one, budget)
     if by_ram < workers:
         workers = by_ram
-        why.append(f"capped at {by_ram} by the loader RAM budget {ar.human_bytes(budget)}")
+        why.append(f"capped at {by_ram} by the loader RAM budget {fmt_bytes(budget)}")
     shm = report.memory.shm_free_bytes
     if shm is not None and workers:
         raw = ar.batch_bytes(batch, lo.image_size)
@@ -202,7 +203,7 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
         if by_shm < workers:
             wanted_gib = math.ceil(2 * ar.loader_shm_bytes(workers, prefetch, raw) / ar.GIB)
             workers = by_shm
-            why.append(f"capped at {by_shm} by /dev/shm ({ar.human_bytes(shm)} free)")
+            why.append(f"capped at {by_shm} by /dev/shm ({fmt_bytes(shm)} free)")
             rec.notes.append(f"/dev/shm is small: start the container with --shm-size={wanted_gib}g to use "
                              f"{ar.default_workers(cores, WORKER_FRACTION)} workers")
     rec.set("loader.num_workers", workers, "; ".join(why))

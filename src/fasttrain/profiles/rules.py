@@ -12,6 +12,7 @@ from typing import Any
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problems
 from fasttrain.profiles.schema import Profile
+from fasttrain.core.format import fmt_bytes
 
 _DEFAULTS = Profile()
 
@@ -106,7 +107,7 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     fix = " or ".join(options) if options else "lower loader.batch_size, num_workers and prefetch_factor"
     problems.add(
         "loader.num_workers",
-        f"loader RAM {workers} workers x {pf} prefetch x {ar.human_bytes(one)} per batch{procs} = "
-        f"{ar.human_bytes(used)}, over the budget {ar.human_bytes(budget)} "
+        f"loader RAM {workers} workers x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
+        f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} "
         f"({fraction:.0%} of {ram:g} GiB host RAM): the host runs out of memory",
         fix, workers)

@@ -15,6 +15,7 @@ from typing import Any
 from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.core.format import fmt_bytes
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
 # judging them would call every run input- or compute-bound for the wrong reason.
@@ -134,7 +135,7 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
         why = f"num_workers={plan.workers} already uses the {report.cores if report else '?'} cores"
     elif ram <= plan.workers:
         why = (f"RAM allows only {ram} workers at prefetch_factor {plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
-               f"inside the {ar.human_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room")
+               f"inside the {fmt_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room")
     else:
         why = f"num_workers={plan.workers} is already at the limit"
     return Verdict("input-bound", f"{head}; {why}; {cheaper}", suggested_workers=plan.workers, **kw)

@@ -14,10 +14,12 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from fasttrain.core import arithmetic as ar
 from fasttrain.telemetry import verdict as vd
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.core.console import is_tty
+from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_clock, fmt_number
 
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
@@ -39,34 +41,15 @@ def choose_mode(quiet: bool, stream: Any = None) -> str:
     """quiet wins; a real terminal gets the live screen; pipes, files and CI get plain lines."""
     if quiet:
         return "quiet"
-    stream = stream if stream is not None else sys.stdout
-    isatty = getattr(stream, "isatty", None)
-    try:
-        tty = bool(isatty()) if isatty else False
-    except ValueError:  # closed stream
-        tty = False
-    return "live" if tty else "plain"
+    return "live" if is_tty(stream) else "plain"
 
 
 # ---------------------------------------------------------------------------------------------
 # Formatting (shared by the three modes; plain text, no markup)
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def fmt_num(x: float | None, digits: int = 4) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    return f"{x:.{digits}g}"
 
 
 def fmt_value(key: str, value: Any) -> str:
@@ -80,7 +63,7 @@ def fmt_value(key: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     if key.endswith("_bytes"):
-        return ar.human_bytes(value)
+        return fmt_bytes(value)
     if key.endswith("_fraction") or "acc" in key:
         return f"{value:.1%}" if value <= 1 else f"{value:.1f}%"
     if key.endswith("_pct"):
@@ -88,8 +71,8 @@ def fmt_value(key: str, value: Any) -> str:
     if key.endswith("_w"):
         return f"{value:.0f} W"
     if key.endswith("_s") and not key.endswith("per_s"):  # seconds: a clock reading from a minute up
-        return fmt_duration(value) if key == "time_s" or value >= 60 else f"{value:.3g} s"
-    return fmt_num(value)
+        return fmt_clock(value) if key == "time_s" or value >= 60 else f"{value:.3g} s"
+    return fmt_number(value)
 
 
 def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -148,29 +131,29 @@ def plain_line(snap: dict[str, Any], epochs: int, total_batches: int) -> str:
     run = f" (run {done / total:.0%})" if total else ""
     parts = [
         f"epoch {epoch}/{epochs} batch {batch}/{per_epoch}{run}",
-        f"{fmt_num(snap.get('it_per_s'), 3)} it/s {fmt_num(snap.get('images_per_s'), 4)} img/s",
-        f"ETA {fmt_duration(eta_s(snap, total_batches))}",
-        f"loss {fmt_num(snap.get('loss'))} lr {fmt_num(snap.get('lr'), 3)}",
+        f"{fmt_number(snap.get('it_per_s'), 3)} it/s {fmt_number(snap.get('images_per_s'), 4)} img/s",
+        f"ETA {fmt_clock(eta_s(snap, total_batches))}",
+        f"loss {fmt_number(snap.get('loss'))} lr {fmt_number(snap.get('lr'), 3)}",
     ]
     if snap.get("grad_norm") is not None:
-        parts[-1] += f" grad {fmt_num(snap['grad_norm'], 3)}"
+        parts[-1] += f" grad {fmt_number(snap['grad_norm'], 3)}"
     if snap.get("amp_scale") is not None:
-        parts[-1] += f" scale {fmt_num(snap['amp_scale'], 3)}"
+        parts[-1] += f" scale {fmt_number(snap['amp_scale'], 3)}"
     if snap.get("data_wait_fraction") is not None:
         parts.append(f"wait {snap['data_wait_fraction']:.0%} h2d {snap['h2d_fraction']:.0%} "
                      f"compute {snap['compute_fraction']:.0%}")
     if snap.get("gpu_mem_allocated_bytes") is not None:
-        gpu = (f"GPU {ar.human_bytes(snap['gpu_mem_allocated_bytes'])} alloc "
-               f"{ar.human_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd "
-               f"{ar.human_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak")
+        gpu = (f"GPU {fmt_bytes(snap['gpu_mem_allocated_bytes'])} alloc "
+               f"{fmt_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd "
+               f"{fmt_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak")
         if snap.get("gpu_util_pct") is not None:
             gpu += f" {snap['gpu_util_pct']:.0f}%"
         if snap.get("gpu_power_w") is not None:
             gpu += f" {snap['gpu_power_w']:.0f} W"
         parts.append(gpu)
     if snap.get("host_ram_used_bytes") is not None:
-        parts.append(f"RAM {ar.human_bytes(snap['host_ram_used_bytes'])} used "
-                     f"{ar.human_bytes(snap.get('host_ram_available_bytes') or 0)} free")
+        parts.append(f"RAM {fmt_bytes(snap['host_ram_used_bytes'])} used "
+                     f"{fmt_bytes(snap.get('host_ram_available_bytes') or 0)} free")
     return " | ".join(parts)
 
 

@@ -17,9 +17,9 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
-from fasttrain.core import arithmetic as ar
+from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
 from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_duration, fmt_num, fmt_value, measured_vs_forecast,
+from fasttrain.ui.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value, measured_vs_forecast,
                                  progress_of)
 
 if TYPE_CHECKING:
@@ -60,8 +60,8 @@ def _progress(dash: "Dashboard", snap: dict[str, Any]) -> Text:
     line = Text(f"epoch {epoch}/{dash.epochs} ")
     line.append_text(bar(done / total if total else None, style="magenta"))
     line.append(f" {done}/{total} {done / total:.0%}" if total else f" {done}")
-    line.append(f"  {fmt_num(snap.get('it_per_s'), 3)} it/s  {fmt_num(snap.get('images_per_s'), 4)} img/s"
-                f"  ETA {fmt_duration(eta_s(snap, dash.total_batches))}")
+    line.append(f"  {fmt_number(snap.get('it_per_s'), 3)} it/s  {fmt_number(snap.get('images_per_s'), 4)} img/s"
+                f"  ETA {fmt_clock(eta_s(snap, dash.total_batches))}")
     return line
 
 
@@ -71,17 +71,17 @@ def _cell(label: str, value: str, width: int = VALUE_WIDTH) -> Text:
 
 def _figures(dash: "Dashboard", snap: dict[str, Any]) -> list[Text]:
     """Training values on the left, device and host on the right; measured beside forecast below."""
-    left = [_cell(label, fmt_num(snap.get(key))) for label, key in
+    left = [_cell(label, fmt_number(snap.get(key))) for label, key in
             (("loss", "loss"), ("LR", "lr"), ("grad norm", "grad_norm"), ("AMP scale", "amp_scale"))]
     if snap.get("skipped_steps"):
         left.append(_cell("skipped", str(snap["skipped_steps"])))
     right: list[Text] = []
     if snap.get("gpu_mem_allocated_bytes") is not None:
         total = snap.get("gpu_mem_total_bytes")
-        right.append(_cell("GPU mem", f"{ar.human_bytes(snap['gpu_mem_allocated_bytes'])} alloc / "
-                                      f"{ar.human_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd / "
-                                      f"{ar.human_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak"
-                                      + (f" of {ar.human_bytes(total)}" if total else ""), 0))
+        right.append(_cell("GPU mem", f"{fmt_bytes(snap['gpu_mem_allocated_bytes'])} alloc / "
+                                      f"{fmt_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd / "
+                                      f"{fmt_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak"
+                                      + (f" of {fmt_bytes(total)}" if total else ""), 0))
     if snap.get("gpu_util_pct") is not None:
         power, limit = snap.get("gpu_power_w"), snap.get("gpu_power_limit_w")
         watts = "" if power is None else f", {power:.0f}" + (f"/{limit:.0f}" if limit else "") + " W"
@@ -89,10 +89,10 @@ def _figures(dash: "Dashboard", snap: dict[str, Any]) -> list[Text]:
     elif snap.get("nvml_reason"):
         right.append(Text.assemble((f"{'GPU':<{LABEL_WIDTH}}", "dim"), (str(snap["nvml_reason"]), "dim")))
     if snap.get("host_ram_used_bytes") is not None:
-        right.append(_cell("host RAM", f"{ar.human_bytes(snap['host_ram_used_bytes'])} used, "
-                                       f"{ar.human_bytes(snap.get('host_ram_available_bytes') or 0)} free", 0))
+        right.append(_cell("host RAM", f"{fmt_bytes(snap['host_ram_used_bytes'])} used, "
+                                       f"{fmt_bytes(snap.get('host_ram_available_bytes') or 0)} free", 0))
     if snap.get("process_rss_bytes") is not None:
-        right.append(_cell("run RSS", ar.human_bytes(snap["process_rss_bytes"]), 0))
+        right.append(_cell("run RSS", fmt_bytes(snap["process_rss_bytes"]), 0))
     lines = []
     for i in range(max(len(left), len(right))):
         line = left[i].copy() if i < len(left) else Text(" " * (LABEL_WIDTH + VALUE_WIDTH))

@@ -1,0 +1,49 @@
+"""How numbers read on screen: the one place that turns bytes, seconds and counts into text.
+
+Every command and the dashboard format through these functions, so the same quantity reads the same
+everywhere (a GiB is 2**30 bytes, like nvidia-smi and `free -g`; a clock time is h:mm:ss). Pure, no I/O.
+"""
+from __future__ import annotations
+
+from fasttrain.core.arithmetic import GIB, MIB
+
+
+def fmt_bytes(n: float | None, missing: str = "?") -> str:
+    """GiB above 1 GiB, else MiB: the units nvidia-smi and the field notes use."""
+    if n is None:
+        return missing
+    if abs(n) >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / MIB:.0f} MiB"
+
+
+def fmt_clock(seconds: float | None, missing: str = "-") -> str:
+    """A running time or an ETA as h:mm:ss (the dashboard's columns keep their width)."""
+    if seconds is None:
+        return missing
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def fmt_duration(seconds: float | None, missing: str = "unknown") -> str:
+    """A forecast length in the largest unit that keeps it readable: 42.0 s, 12.5 min, 3.2 h, 4.1 days."""
+    if seconds is None:
+        return missing
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def fmt_number(x: float | None, digits: int = 4, missing: str = "-") -> str:
+    """Integers with thousands separators; floats to `digits` significant digits; booleans as words."""
+    if x is None:
+        return missing
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.{digits}g}"
