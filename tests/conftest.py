@@ -11,6 +11,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+GPU_SKIP_REASON = "needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test marked `gpu` is skipped, with the reason, where torch sees no CUDA device (docs/gpu.md)."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    import torch
+    if torch.cuda.is_available():
+        return
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
 
 
 @pytest.fixture(autouse=True)
