@@ -22,7 +22,7 @@ def test_every_shipped_profile_loads_and_cites_its_source(name: str) -> None:
     text = presets.preset_path(name).read_text()
     assert text.startswith("#"), "each preset opens with a comment saying where its numbers come from"
     if name != "cpu":
-        assert "shared/seeds/" in text.split("\n\n")[0]
+        assert "Source: field note \"" in text.split("\n\n")[0], "cite the note by its title (docs/field-notes.md)"
 
 
 def test_preset_numbers_come_from_the_notes() -> None:
