@@ -28,6 +28,12 @@ def test_every_shipped_profile_loads_and_cites_its_source(name: str) -> None:
         assert titles and f'Source: field note "{titles[0]}"' in text.split("\n\n")[0]
 
 
+def test_every_field_note_has_a_section_in_the_docs() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "field-notes.md").read_text(encoding="utf-8")
+    for note in csv.DictReader(FIELD_NOTES.open(encoding="utf-8")):
+        assert f'## "{note["title"]}"' in doc and f'[`{note["note"]}`]' in doc, note["note"]
+
+
 def test_preset_numbers_come_from_the_notes() -> None:
     a10g = presets.resolve_file_only("aws-a10g").profile
     assert (a10g.loader.batch_size, a10g.loader.num_workers, a10g.loader.prefetch_factor) == (256, 12, 3)
