@@ -1,7 +1,7 @@
 """Refit the efficiency factors of `fasttrain estimate` and write src/fasttrain/data/calibration.json.
 
-GPU factors: fitted to every row of benchmarks/reference_throughput.csv (a copy of shared/reference/
-throughput.csv: NVIDIA DeepLearningExamples and timm published images/s). One compute efficiency per
+GPU factors: fitted to every row of benchmarks/reference_throughput.csv (published training images/s from
+NVIDIA DeepLearningExamples and timm, each row with its source). One compute efficiency per
 precision x memory layout group, one memory-bandwidth efficiency and one depthwise-conv efficiency shared
 by all, one multi-GPU scaling efficiency; least squares on log(forecast / published), by grid search.
 CPU factors: fitted to training steps measured on THIS machine (`--cpu`), on models and sizes that are

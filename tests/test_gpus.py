@@ -9,7 +9,10 @@ import pytest
 from fasttrain.hardware import gpus
 from fasttrain.core.errors import UserError
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gpus.csv"  # shared/ sits beside the repo
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "fixtures" / "reference" / "gpus.csv"  # the published rows data/gpus.csv is built from
+THROUGHPUT = ROOT / "benchmarks" / "reference_throughput.csv"      # published training images/s, with sources
+FEED_TARGETS = ROOT / "src" / "fasttrain" / "data" / "feed_targets.csv"
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -67,7 +70,6 @@ def test_unknown_name_is_a_user_error_with_close_matches() -> None:
     assert line.startswith("--gpu: unknown GPU 'A100 80G'") and "did you mean" in line and "a100 80gb" in line.lower()
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="shared reference not mounted")
 def test_spec_file_matches_the_reference_rows_and_keeps_sources() -> None:
     ref = {r["gpu"]: r for r in csv.DictReader(REFERENCE.open())}
     assert sorted(gpus.gpu_names()) == sorted(ref)
@@ -79,3 +81,17 @@ def test_spec_file_matches_the_reference_rows_and_keeps_sources() -> None:
                            ("tf32_tflops", "tf32_tflops_dense")):
             assert getattr(spec, field) == (float(r[col]) if r[col] else None), (spec.name, field)
         assert spec.bf16_supported == r["bf16_supported"].startswith("yes")
+        assert f"(cc {spec.compute_capability})" in r["bf16_supported"], spec.name
+
+
+def test_feed_targets_are_published_rows() -> None:
+    """doctor's feed targets are single-GPU rows of the published throughputs, same number, same source."""
+    published = list(csv.DictReader(THROUGHPUT.open(encoding="utf-8")))
+    targets = list(csv.DictReader(FEED_TARGETS.open(encoding="utf-8")))
+    assert targets
+    for target in targets:
+        rows = [r for r in published if r["model"] == target["model"] and r["precision"] == target["precision"]
+                and r["num_gpus"] == "1" and float(r["images_per_sec"]) == float(target["images_per_sec"])
+                and gpus.find_gpu(r["gpu"]) is gpus.find_gpu(target["gpu"])]
+        assert len(rows) == 1, target["gpu"]
+        assert target["source"].split(" (")[0] == rows[0]["source"].split(" (")[0], target["gpu"]

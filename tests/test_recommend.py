@@ -54,7 +54,7 @@ def test_best_preset_by_memory_and_bf16_for_unknown_gpus() -> None:
 ])
 def test_batch_by_vram_table(vram_mib: int | None, batch: int) -> None:
     row = batch_for_vram(None if vram_mib is None else vram_mib * MiB)
-    assert row.batch_size == batch and row.source.startswith("shared/seeds/")
+    assert row.batch_size == batch and row.source.startswith("field note '")
 
 
 def test_preset_batch_kept_on_its_own_machine_and_table_elsewhere() -> None:

@@ -2,7 +2,7 @@
 
 Each command lives in fasttrain/commands/<name>.py and imports torch or timm only inside the
 function that runs it, so `fasttrain --help` and `fasttrain profiles ...` stay fast.
-Exit codes (shared/DESIGN.md): 0 ok, 1 the job failed, 2 bad usage or input, 130 interrupted.
+Exit codes (docs/architecture.md): 0 ok, 1 the job failed, 2 bad usage or input, 130 interrupted.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The arithmetic every command shares, as pure functions (no I/O, no torch).
 
-Sources are the field notes in shared/seeds/; shared/DESIGN.md lists the rules.
+Sources are the field notes (docs/field-notes.md); a docstring names the note whose worked example it checks.
 Units are in the names: *_bytes are bytes, *_gb are GB of 10**9 bytes... except where a
 function says GiB. Memory shown to users is in GiB (2**30), like nvidia-smi and free -g.
 """

@@ -1,4 +1,4 @@
-"""GPU spec lookup. The numbers live in data/gpus.csv (built from shared/reference/gpus.csv, source kept).
+"""GPU spec lookup. The numbers live in data/gpus.csv (published specs, each row with its source).
 
 Empty cells are unknown and stay None: a forecast for a GPU without a peak says so instead of guessing.
 No torch import: the doctor and `profiles` may read this cheaply.

@@ -1,6 +1,6 @@
 """Find, load, merge and override profiles, remembering where every value came from.
 
-Precedence (shared/DESIGN.md): CLI flag > --set > env FASTTRAIN_* > profile file > extends parent > defaults.
+Precedence (docs/profiles.md): CLI flag > --set > env FASTTRAIN_* > profile file > extends parent > defaults.
 Nothing here imports torch: `fasttrain profiles ...` must answer in well under a second.
 """
 from __future__ import annotations

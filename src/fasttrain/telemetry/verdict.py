@@ -2,7 +2,7 @@
 
 Pure: reads a telemetry snapshot (telemetry.Telemetry.snapshot()), the Plan and, when there is one,
 the HardwareReport. The field notes' commonest story -- "GPU utilization: 0% most of the time",
-a starved data loader (shared/seeds/aggressive-a10g-imagenet.md) -- is the input-bound case; their
+a starved data loader (field note "Aggressive Training Optimizations", A10G) -- is the input-bound case; their
 fix of 32 workers x prefetch 8 then ran the host out of RAM, which is why the worker advice is
 always capped by the plan's RAM budget (arithmetic.workers_within_budget) and by the cores.
 """
