@@ -12,18 +12,14 @@ from typing import Any, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.console import console, print_json
 
 bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
                              "buys, the largest batch that fits.", no_args_is_help=True)
 
-ProfileOpt = typer.Option(None, "--profile", help="Preset name or profile YAML (default: the one fitting this machine).")
-SetOpt = typer.Option(None, "--set", help="Override a profile value, e.g. --set loader.batch_size=32 (repeatable).")
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output with stable keys.")
 OutOpt = typer.Option(None, "--out", help="Directory for result.json (default runs/bench-<kind>-<time>/).")
-BatchOpt = typer.Option(None, "--batch-size", help="Per-device batch: a number, or auto (largest that fits, "
-                                                   "see `bench batch`). Default: the profile's.")
 
 
 def register(app: typer.Typer) -> None:
@@ -105,18 +101,18 @@ def _bar(value: float, top: float, width: int = 16) -> str:
 # -- bench speedups ------------------------------------------------------------------------------------------
 @bench_app.command("speedups")
 def speedups_cmd(
-    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
-    batch_size: Optional[str] = BatchOpt,
+    model: str = options.model_option("resnet18"),
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
+    batch_size: Optional[str] = options.batch_size_option(),
     num_classes: int = typer.Option(10, "--num-classes", min=2),
     steps: int = typer.Option(3, "--steps", min=1, help="Timed training steps per configuration per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; the speed-up is the median."),
     warmup: int = typer.Option(2, "--warmup", min=1, help="Untimed steps first (compilation, autotuning)."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of settings to measure (default: all)."),
     skip: Optional[str] = typer.Option(None, "--skip", help="Comma list of settings to leave out, e.g. compile."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
@@ -185,15 +181,15 @@ def _render_speedups(result: dict[str, Any], path: Path) -> None:
 # -- bench batch ---------------------------------------------------------------------------------------------
 @bench_app.command("batch")
 def batch_cmd(
-    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
+    model: str = options.model_option("resnet18"),
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
     num_classes: int = typer.Option(1000, "--num-classes", min=2),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
                                             help="Stop growing here (default 4096 on a GPU, 256 on the CPU)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Search again even when a cached result exists."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
@@ -247,10 +243,10 @@ def batch_cmd(
 @bench_app.command("loader")
 def loader_cmd(
     data: str = typer.Option("shapes", "--data", help="shapes (built-in) or an ImageFolder directory."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
-    batch_size: Optional[str] = BatchOpt,
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
+    batch_size: Optional[str] = options.batch_size_option(),
     max_workers: Optional[int] = typer.Option(None, "--max-workers", min=0,
                                               help="Largest worker count to try (default: the cores and one step "
                                                    "past them)."),
@@ -258,12 +254,12 @@ def loader_cmd(
     batches: int = typer.Option(80, "--batches", min=1, help="Timed batches per setting per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; rates are medians."),
     max_seconds: float = typer.Option(2.5, "--max-seconds", min=0.1, help="Time cap per setting per round."),
-    model: str = typer.Option("tiny_cnn", "--model", help="Model whose training rate the loader must keep up "
-                                                          "with; none to skip that check."),
+    model: str = options.model_option("tiny_cnn", help="Model whose training rate the loader must keep up with; "
+                                                       "none to skip that check."),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile",
                                                  help="Write a profile YAML (extends the one measured) with the "
                                                       "recommended loader settings."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
@@ -390,7 +386,7 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
 def compare_cmd(
     a: Path = typer.Argument(..., metavar="A", help="A result.json or a bench run directory."),
     b: Path = typer.Argument(..., metavar="B", help="Another one of the same kind (other machine or version)."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
 ) -> None:
     """Two bench results side by side: images/s of A and B per row and the ratio B/A."""
     from fasttrain.bench.results import compare, read_result

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.console import console, print_json
@@ -17,9 +18,6 @@ if TYPE_CHECKING:
 
 profiles_app = typer.Typer(help="List, show and validate hardware profiles (presets in profiles/ or your own YAML).",
                            no_args_is_help=True)
-
-SetOpt = typer.Option(None, "--set", help="Override a value, e.g. --set loader.batch_size=384 (repeatable).")
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output with stable keys.")
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +40,7 @@ def summary_row(name: str, p: Profile) -> dict[str, Any]:
 
 
 @profiles_app.command("list")
-def list_cmd(as_json: bool = JsonOpt) -> None:
+def list_cmd(as_json: bool = options.json_option()) -> None:
     """One row per shipped preset."""
     from fasttrain.profiles import presets
     rows, broken = [], []
@@ -107,14 +105,12 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
 @profiles_app.command("show")
 def show_cmd(
     ref: str = typer.Argument(..., metavar="NAME|FILE", help="A preset name or a profile YAML file."),
-    sets: Optional[list[str]] = SetOpt,
+    sets: Optional[list[str]] = options.set_option(),
     dataset_size: Optional[int] = typer.Option(
         None, "--dataset-size", min=1, help="Also show iterations per epoch for this many training samples."),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N",
-                                                 help="Show the plan for N GPUs per machine (world.gpus_per_node)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, metavar="M",
-                                         help="Show the plan for M machines (world.nodes)."),
-    as_json: bool = JsonOpt,
+    nproc_per_node: Optional[int] = options.nproc_per_node_option(),
+    nnodes: Optional[int] = options.nnodes_option(),
+    as_json: bool = options.json_option(),
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
     from fasttrain.profiles import presets
@@ -156,7 +152,7 @@ def show_cmd(
 @profiles_app.command("validate")
 def validate_cmd(
     files: list[str] = typer.Argument(..., metavar="FILE...", help="Profile files (or preset names) to check."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
 ) -> None:
     """Check profile files: exit 0 when all are valid, exit 2 listing every problem of every file."""
     from fasttrain.profiles import presets
