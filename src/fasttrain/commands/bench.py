@@ -14,6 +14,7 @@ import typer
 
 from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.bench import view as bench_view
 from fasttrain.core.console import console, print_json
 
 bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
@@ -93,11 +94,6 @@ def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None
     return names
 
 
-def _bar(value: float, top: float, width: int = 16) -> str:
-    filled = 0 if top <= 0 else round(width * value / top)
-    return "█" * filled + "·" * (width - filled)
-
-
 # -- bench speedups ------------------------------------------------------------------------------------------
 @bench_app.command("speedups")
 def speedups_cmd(
@@ -142,40 +138,7 @@ def speedups_cmd(
     if as_json:
         print_json(result)
         return
-    _render_speedups(result, path)
-
-
-def _render_speedups(result: dict[str, Any], path: Path) -> None:
-    from rich.table import Table
-
-    con = console()
-    table = Table(title=f"bench speedups: {result['model']} at {result['image_size']} px, batch "
-                        f"{result['batch_size']}, {result['device']}; median of {result['rounds']} interleaved "
-                        f"rounds x {result['steps']} steps", title_justify="left")
-    for col, justify in (("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
-                         ("the notes claim", "left"), ("verdict / reason", "left")):
-        table.add_column(col, justify=justify)
-    for r in result["rows"]:
-        label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
-        if r["status"] == "measured":
-            table.add_row(label, f"{r['images_per_s']:.1f}", f"{r['speedup']:.2f}x",
-                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed_short"], r["verdict"])
-        else:
-            table.add_row(label, "-", "skipped", "", r["claimed_short"], r["reason"])
-    con.print(table)
-    con.print("claims: " + "; ".join(f"{r['setting']}: {r['claimed']}" for r in result["rows"]
-                                     if r.get("claimed_speedup")))
-    total = next((r for r in result["rows"] if r["setting"] == "all" and r["status"] == "measured"), None)
-    if total is not None:
-        product = result.get("product_of_singles")
-        con.print(f"all together: {total['speedup']:.2f}x measured; the notes claim ~3.8x (optimal A10G) / ~3.5x "
-                  f"(aggressive A10G)" + (f"; multiplying the single speed-ups measured here predicts "
-                                          f"{product:.2f}x" if product else ""))
-    if result.get("batch_message"):
-        con.print(result["batch_message"])
-    for w in result.get("warnings", []):
-        con.print(f"warning: {w}")
-    con.print(f"result: {path}")
+    bench_view.render_speedups(result, path, console())
 
 
 # -- bench batch ---------------------------------------------------------------------------------------------
@@ -216,27 +179,7 @@ def batch_cmd(
     if as_json:
         print_json(result)
         return
-    from rich.table import Table
-
-    from fasttrain.core.format import fmt_bytes
-
-    con = console()
-    search = auto.search
-    table = Table(title=f"bench batch: {model} at {prof.loader.image_size} px, {plan.precision}"
-                        f"{', channels_last' if plan.channels_last else ''}, {plan.device}"
-                        f"{' (cached)' if search.from_cache else ''}", title_justify="left")
-    for col in ("trial", "batch", "result", "seconds", "peak memory"):
-        table.add_column(col, justify="right" if col != "result" else "left")
-    for i, t in enumerate(search.trials, 1):
-        table.add_row(str(i), str(t.batch), "ran" if t.ok else f"OOM ({t.reason[:60]})", f"{t.seconds:.1f}",
-                      fmt_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
-    con.print(table)
-    con.print(auto.message)
-    if result.get("note"):
-        con.print(f"note: {result['note']}")
-    con.print(f"use it: fasttrain train --set loader.batch_size={auto.batch} "
-              f"--set optim.accumulation_steps={auto.accumulation}   (or --batch-size auto)")
-    con.print(f"result: {path}")
+    bench_view.render_batch(result, auto, path, console())
 
 
 # -- bench loader --------------------------------------------------------------------------------------------
@@ -267,6 +210,41 @@ def loader_cmd(
     keeps up with the model."""
     from fasttrain.bench import loader as bl
 
+    factors = _prefetch_factors(prefetch)
+    report, prof, ref = _setup(profile, sets, image_size)
+    say = _say()
+    train_model = None if model.lower() == "none" else model
+    bundle, plan, batch_msg = _loader_inputs(data, report, prof, batch_size, train_model, say)
+    settings = bl.sweep_settings(bl.worker_counts(report.cores, max_workers), factors)
+    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
+        f"{plan.batch_size}, {plan.image_size} px")
+    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
+                       progress=say)
+    points = bl.combine_rounds(samples)
+    knee = bl.find_knee(points)
+    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    train_rate, source = _training_rate(prof, plan, train_model, bundle, say)
+    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
+    result = bl.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
+                        rounds=rounds, batches=batches, model=train_model, batch_message=batch_msg)
+    if write_profile is not None:
+        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
+                f"{choice.images_per_s:.0f} img/s\n{why}")
+        bl.write_profile(write_profile, ref, choice, note)
+        result["profile_written"] = str(write_profile)
+    path = _save("loader", out, result, report)
+    if as_json:
+        print_json(result)
+        return
+    claim = ""
+    if result.get("speedup_over_0_workers"):
+        from fasttrain.bench.speedups import claims_text, load_claims
+        _, claim = claims_text("workers", load_claims())
+    bench_view.render_loader(result, points, knee, choice, claim, path, console())
+
+
+def _prefetch_factors(prefetch: str) -> tuple[int, ...]:
+    """--prefetch "2,4" -> (2, 4), sorted and without repeats."""
     try:
         factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
     except ValueError:
@@ -274,20 +252,23 @@ def loader_cmd(
     if not factors or min(factors) < 1:
         raise UserError([Problem("--prefetch", "expected a comma list of positive integers", "e.g. --prefetch 2,4",
                                  prefetch)])
-    report, prof, ref = _setup(profile, sets, image_size)
+    return factors
+
+
+def _loader_inputs(data: str, report: Any, prof: Any, batch_size: str | None, train_model: str | None,
+                   say: Any) -> tuple[Any, Any, str | None]:
+    """(dataset bundle, plan with the batch to measure, --batch-size auto message) for `bench loader`."""
     if data == "synthetic":
         raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",
                                  "use shapes or an image directory", data)])
     from fasttrain.datasets.build import build_datasets
     from fasttrain.plan import make_plan
 
-    say = _say()
     bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
     if bundle.kind != "images":
         raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
                                  data)])
     plan = make_plan(prof, report, dataset_size=bundle.train_size)
-    train_model = None if model.lower() == "none" else model
     batch, batch_msg = _batch(batch_size, plan, train_model or "tiny_cnn", plan.image_size, bundle.num_classes,
                               prof.optim, say)
     if batch is not None:
@@ -296,15 +277,14 @@ def loader_cmd(
     if plan.batch_size > bundle.train_size:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training images",
                                  "lower it with --batch-size", plan.batch_size)])
-    counts = bl.worker_counts(report.cores, max_workers)
-    settings = bl.sweep_settings(counts, factors)
-    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
-        f"{plan.batch_size}, {plan.image_size} px")
-    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
-                       progress=say)
-    points = bl.combine_rounds(samples)
-    knee = bl.find_knee(points)
-    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    return bundle, plan, batch_msg
+
+
+def _training_rate(prof: Any, plan: Any, train_model: str | None, bundle: Any, say: Any) -> tuple[float | None, str]:
+    """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
+    profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
+    from fasttrain.bench import loader as bl
+
     train_rate, source = None, "measured here"
     forecast = None
     if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
@@ -316,69 +296,7 @@ def loader_cmd(
         train_rate = bl.training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
         if prof.hardware.gpu and plan.device != "cuda":
             source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
-    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
-    best = max(points, key=lambda p: p.images_per_s)
-    zero = next((p for p in points if p.workers == 0), None)
-    result: dict[str, Any] = {
-        "data": data, "profile": ref, "batch_size": plan.batch_size, "image_size": plan.image_size,
-        "cores": report.cores, "rounds": rounds, "batches": batches, "ram_budget_bytes": plan.ram_budget_bytes,
-        "points": [p.to_dict() for p in points], "samples": samples,
-        "knee": knee.to_dict(), "recommended": {**choice.to_dict(), "reason": why},
-        "best": best.to_dict(), "speedup_over_0_workers": (choice.images_per_s / zero.images_per_s) if zero else None,
-        "training": up, "model": train_model, "batch_message": batch_msg,
-        "profile_written": None,
-    }
-    if write_profile is not None:
-        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
-                f"{choice.images_per_s:.0f} img/s\n{why}")
-        bl.write_profile(write_profile, ref, choice, note)
-        result["profile_written"] = str(write_profile)
-    path = _save("loader", out, result, report)
-    if as_json:
-        print_json(result)
-        return
-    _render_loader(result, points, knee, choice, path)
-
-
-def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, path: Path) -> None:
-    from rich.table import Table
-
-    from fasttrain.core.format import fmt_bytes
-    from fasttrain.bench.speedups import claims_text, load_claims
-
-    con = console()
-    top = max(p.images_per_s for p in points)
-    table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
-                        f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
-    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"),
-                         ("", "left"),
-                         ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
-        table.add_column(col, justify=justify)
-    for p in points:
-        key = (p.workers, p.prefetch)
-        mark = ", ".join(word for word, at in (("knee", (knee.workers, knee.prefetch)),
-                                               ("recommended", (choice.workers, choice.prefetch))) if at == key)
-        spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
-        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
-                      _bar(p.images_per_s, top),
-                      fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
-    con.print(table)
-    con.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
-              f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")
-    con.print(f"recommended: num_workers={choice.workers}" +
-              (f", prefetch_factor={choice.prefetch}" if choice.prefetch else "") +
-              f" ({result['recommended']['reason']})")
-    if result.get("speedup_over_0_workers"):
-        _, claim = claims_text("workers", load_claims())
-        con.print(f"workers vs loading in the main process: {result['speedup_over_0_workers']:.2f}x measured; "
-                  f"the notes claim {claim}")
-    con.print(result["training"]["message"])
-    if result.get("batch_message"):
-        con.print(result["batch_message"])
-    if result.get("profile_written"):
-        con.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
-                  f"{result['profile_written']})")
-    con.print(f"result: {path}")
+    return train_rate, source
 
 
 # -- bench compare -------------------------------------------------------------------------------------------
@@ -405,24 +323,4 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from rich.table import Table
-
-    con = console()
-    for name in ("a", "b"):
-        m = result[name]
-        con.print(f"{name.upper()}: {m['created_at']}  {m['hostname']}  {m['cpu']} ({m['cores']} cores)  "
-                  f"GPU {', '.join(m['gpus'] or []) or 'none'}  torch {m['torch']}  fasttrain {m['fasttrain']}")
-    table = Table(title=f"bench compare: {result['kind']}", title_justify="left")
-    for col in ("row", "A", "B", "B / A"):
-        table.add_column(col, justify="left" if col == "row" else "right")
-
-    def cell(d: Any) -> str:
-        if not d:
-            return "-"
-        if d.get("images_per_s") is not None:
-            return f"{d['images_per_s']:.1f} img/s"
-        return ", ".join(f"{k} {v}" for k, v in d.items() if v is not None)
-
-    for r in result["rows"]:
-        table.add_row(r["key"], cell(r["a"]), cell(r["b"]), f"{r['ratio']:.2f}x" if r["ratio"] else "")
-    con.print(table)
+    bench_view.render_compare(result, console())
