@@ -30,10 +30,6 @@ def _torchvision_names() -> list[str]:
     return tvm.list_models(module=tvm)
 
 
-def known_model_names() -> list[str]:
-    return sorted(set(builtin_models()) | set(_timm_names()) | set(_torchvision_names()))
-
-
 def load_callable(spec: str, what: str) -> Callable[..., Any]:
     """`package.module:function` -> the function, with the current directory importable like `python -m`."""
     module_name, _, attr = spec.partition(":")

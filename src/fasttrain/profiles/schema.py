@@ -18,11 +18,6 @@ Optimizer = Literal["sgd", "adamw", "adam"]
 Schedule = Literal["cosine", "step", "plateau", "constant"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
-PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
-OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
-SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
-COMPILE_MODES: tuple[str, ...] = CompileMode.__args__  # type: ignore[attr-defined]
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
