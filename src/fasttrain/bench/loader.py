@@ -206,7 +206,7 @@ def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_si
 
 def profile_yaml(extends: str, choice: Point, note: str) -> str:
     """A profile file that extends the one benchmarked and sets the chosen loader keys (valid under
-    profile_rules: 0 workers means no prefetch and no persistent workers)."""
+    profiles/rules.py: 0 workers means no prefetch and no persistent workers)."""
     lines = [f"# {line}" for line in note.splitlines()]
     lines += [f"extends: {extends}", "loader:", f"  num_workers: {choice.workers}"]
     if choice.workers > 0:

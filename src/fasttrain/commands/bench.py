@@ -1,7 +1,7 @@
 """`fasttrain bench loader|speedups|batch`: measure on this machine instead of trusting the notes' guesses.
 
-gather (probe, profile, data, model) -> compute (bench_loader / bench_speedups / batch_search, pure summaries)
--> render (Rich tables and bars, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
+gather (probe, profile, data, model) -> compute (bench/loader.py / bench/speedups.py / train/batch_search.py, pure summaries)
+-> render (bench/view.py, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
 (or --out DIR). torch is imported inside the commands only: cli.py imports this module for --help.
 """
 from __future__ import annotations

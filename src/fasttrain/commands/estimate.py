@@ -1,7 +1,7 @@
 """`fasttrain estimate`: forecast time, memory, bottleneck and cost of a plan before paying for it.
 
-gather (estimate_gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
--> compute (estimate.py, pure) -> render (estimate_render.py, or --json). torch is imported only inside
+gather (estimate/gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
+-> compute (estimate/forecast.py, pure) -> render (estimate/view.py, or --json). torch is imported only inside
 the command function, never when cli.py imports this module.
 """
 from __future__ import annotations

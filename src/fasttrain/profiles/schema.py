@@ -1,7 +1,7 @@
 """The Profile: what a user asks for, as Pydantic models with extra="forbid".
 
 Field-level rules live here (types, ranges, known names). Rules that relate several fields
-(RAM budget, bf16 on the target GPU, workers vs prefetch) live in profile_rules.py so that
+(RAM budget, bf16 on the target GPU, workers vs prefetch) live in rules.py so that
 all problems of a file are reported in one go. Derived values (effective batch, scaled LR,
 loader RAM, iterations) are properties that call arithmetic.py, so they are computed in one place.
 """
