@@ -1,6 +1,6 @@
 """Wall time of the commands that must answer at once: `fasttrain --help` and `fasttrain profiles list`.
 
-Target (issue 2): each under 0.5 s wall, median of 5, on the 2-core development machine.
+Target: each under 0.5 s wall, median of 5, on the 2-core development machine.
 Runs each command as a fresh process (that is what a user waits for), interleaved, after one warm-up.
 Usage: .venv/bin/python benchmarks/cli_startup.py [--runs 5]
 """

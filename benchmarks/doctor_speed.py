@@ -1,4 +1,4 @@
-"""Wall time of `fasttrain doctor` (issue 3: under 3 s on the development machine, median of 5).
+"""Wall time of `fasttrain doctor` (target: under 3 s on the development machine, median of 5).
 
 Each command runs as a fresh process, interleaved, after one warm-up, so load drift hits all alike.
 Rows besides the gated one show where the time would go elsewhere:

@@ -47,7 +47,7 @@ _register()
 def _click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
     """(ClickException, Exit, Abort) classes: Typer may vendor its own copy of click or use the real one."""
     modules = []
-    for name in ("typer._click.exceptions", "click.exceptions"):
+    for name in ("typer._click.exceptions", "click.exceptions"):  # typer's vendored click has no public path
         try:
             modules.append(__import__(name, fromlist=["ClickException"]))
         except ImportError:

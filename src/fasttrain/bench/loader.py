@@ -167,6 +167,25 @@ def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool,
     return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "source": source, "message": msg}
 
 
+def summary(points: list[Point], samples: list[dict[str, Any]], plan: Any, choice: Point, why: str, knee: Point,
+            training: dict[str, Any], **context: Any) -> dict[str, Any]:
+    """The `bench loader` result: every point and round, the knee, the recommendation and its reason, the best
+    setting, the gain over loading in the main process, and whether it feeds the model. `context` (data, profile,
+    cores, rounds, batches, model, batch_message) is recorded as given."""
+    best = max(points, key=lambda p: p.images_per_s)
+    zero = next((p for p in points if p.workers == 0), None)
+    return {
+        "data": context["data"], "profile": context["profile"], "batch_size": plan.batch_size,
+        "image_size": plan.image_size, "cores": context["cores"], "rounds": context["rounds"],
+        "batches": context["batches"], "ram_budget_bytes": plan.ram_budget_bytes,
+        "points": [p.to_dict() for p in points], "samples": samples,
+        "knee": knee.to_dict(), "recommended": {**choice.to_dict(), "reason": why},
+        "best": best.to_dict(), "speedup_over_0_workers": (choice.images_per_s / zero.images_per_s) if zero else None,
+        "training": training, "model": context["model"], "batch_message": context["batch_message"],
+        "profile_written": None,
+    }
+
+
 def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:
     """estimate's forecast of training images/s on the GPU the profile names, for when this machine has no GPU
     (the loader measured here must keep up with *that* GPU). None when estimate cannot forecast it."""
@@ -187,7 +206,7 @@ def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_si
 
 def profile_yaml(extends: str, choice: Point, note: str) -> str:
     """A profile file that extends the one benchmarked and sets the chosen loader keys (valid under
-    profile_rules: 0 workers means no prefetch and no persistent workers)."""
+    profiles/rules.py: 0 workers means no prefetch and no persistent workers)."""
     lines = [f"# {line}" for line in note.splitlines()]
     lines += [f"extends: {extends}", "loader:", f"  num_workers: {choice.workers}"]
     if choice.workers > 0:

@@ -1,7 +1,7 @@
 """`fasttrain bench loader|speedups|batch`: measure on this machine instead of trusting the notes' guesses.
 
-gather (probe, profile, data, model) -> compute (bench_loader / bench_speedups / batch_search, pure summaries)
--> render (Rich tables and bars, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
+gather (probe, profile, data, model) -> compute (bench/loader.py / bench/speedups.py / train/batch_search.py, pure summaries)
+-> render (bench/view.py, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
 (or --out DIR). torch is imported inside the commands only: cli.py imports this module for --help.
 """
 from __future__ import annotations
@@ -12,18 +12,15 @@ from typing import Any, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.bench import view as bench_view
 from fasttrain.core.console import console, print_json
 
 bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
                              "buys, the largest batch that fits.", no_args_is_help=True)
 
-ProfileOpt = typer.Option(None, "--profile", help="Preset name or profile YAML (default: the one fitting this machine).")
-SetOpt = typer.Option(None, "--set", help="Override a profile value, e.g. --set loader.batch_size=32 (repeatable).")
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output with stable keys.")
 OutOpt = typer.Option(None, "--out", help="Directory for result.json (default runs/bench-<kind>-<time>/).")
-BatchOpt = typer.Option(None, "--batch-size", help="Per-device batch: a number, or auto (largest that fits, "
-                                                   "see `bench batch`). Default: the profile's.")
 
 
 def register(app: typer.Typer) -> None:
@@ -97,26 +94,21 @@ def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None
     return names
 
 
-def _bar(value: float, top: float, width: int = 16) -> str:
-    filled = 0 if top <= 0 else round(width * value / top)
-    return "█" * filled + "·" * (width - filled)
-
-
 # -- bench speedups ------------------------------------------------------------------------------------------
 @bench_app.command("speedups")
 def speedups_cmd(
-    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
-    batch_size: Optional[str] = BatchOpt,
+    model: str = options.model_option("resnet18"),
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
+    batch_size: Optional[str] = options.batch_size_option(),
     num_classes: int = typer.Option(10, "--num-classes", min=2),
     steps: int = typer.Option(3, "--steps", min=1, help="Timed training steps per configuration per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; the speed-up is the median."),
     warmup: int = typer.Option(2, "--warmup", min=1, help="Untimed steps first (compilation, autotuning)."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of settings to measure (default: all)."),
     skip: Optional[str] = typer.Option(None, "--skip", help="Comma list of settings to leave out, e.g. compile."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
@@ -146,54 +138,21 @@ def speedups_cmd(
     if as_json:
         print_json(result)
         return
-    _render_speedups(result, path)
-
-
-def _render_speedups(result: dict[str, Any], path: Path) -> None:
-    from rich.table import Table
-
-    con = console()
-    table = Table(title=f"bench speedups: {result['model']} at {result['image_size']} px, batch "
-                        f"{result['batch_size']}, {result['device']}; median of {result['rounds']} interleaved "
-                        f"rounds x {result['steps']} steps", title_justify="left")
-    for col, justify in (("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
-                         ("the notes claim", "left"), ("verdict / reason", "left")):
-        table.add_column(col, justify=justify)
-    for r in result["rows"]:
-        label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
-        if r["status"] == "measured":
-            table.add_row(label, f"{r['images_per_s']:.1f}", f"{r['speedup']:.2f}x",
-                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed_short"], r["verdict"])
-        else:
-            table.add_row(label, "-", "skipped", "", r["claimed_short"], r["reason"])
-    con.print(table)
-    con.print("claims: " + "; ".join(f"{r['setting']}: {r['claimed']}" for r in result["rows"]
-                                     if r.get("claimed_speedup")))
-    total = next((r for r in result["rows"] if r["setting"] == "all" and r["status"] == "measured"), None)
-    if total is not None:
-        product = result.get("product_of_singles")
-        con.print(f"all together: {total['speedup']:.2f}x measured; the notes claim ~3.8x (optimal A10G) / ~3.5x "
-                  f"(aggressive A10G)" + (f"; multiplying the single speed-ups measured here predicts "
-                                          f"{product:.2f}x" if product else ""))
-    if result.get("batch_message"):
-        con.print(result["batch_message"])
-    for w in result.get("warnings", []):
-        con.print(f"warning: {w}")
-    con.print(f"result: {path}")
+    bench_view.render_speedups(result, path, console())
 
 
 # -- bench batch ---------------------------------------------------------------------------------------------
 @bench_app.command("batch")
 def batch_cmd(
-    model: str = typer.Option("resnet18", "--model", help="timm / torchvision name, tiny_cnn, or module:callable."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
+    model: str = options.model_option("resnet18"),
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
     num_classes: int = typer.Option(1000, "--num-classes", min=2),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
                                             help="Stop growing here (default 4096 on a GPU, 256 on the CPU)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Search again even when a cached result exists."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
@@ -220,37 +179,17 @@ def batch_cmd(
     if as_json:
         print_json(result)
         return
-    from rich.table import Table
-
-    from fasttrain.core.format import fmt_bytes
-
-    con = console()
-    search = auto.search
-    table = Table(title=f"bench batch: {model} at {prof.loader.image_size} px, {plan.precision}"
-                        f"{', channels_last' if plan.channels_last else ''}, {plan.device}"
-                        f"{' (cached)' if search.from_cache else ''}", title_justify="left")
-    for col in ("trial", "batch", "result", "seconds", "peak memory"):
-        table.add_column(col, justify="right" if col != "result" else "left")
-    for i, t in enumerate(search.trials, 1):
-        table.add_row(str(i), str(t.batch), "ran" if t.ok else f"OOM ({t.reason[:60]})", f"{t.seconds:.1f}",
-                      fmt_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
-    con.print(table)
-    con.print(auto.message)
-    if result.get("note"):
-        con.print(f"note: {result['note']}")
-    con.print(f"use it: fasttrain train --set loader.batch_size={auto.batch} "
-              f"--set optim.accumulation_steps={auto.accumulation}   (or --batch-size auto)")
-    con.print(f"result: {path}")
+    bench_view.render_batch(result, auto, path, console())
 
 
 # -- bench loader --------------------------------------------------------------------------------------------
 @bench_app.command("loader")
 def loader_cmd(
     data: str = typer.Option("shapes", "--data", help="shapes (built-in) or an ImageFolder directory."),
-    profile: Optional[str] = ProfileOpt,
-    sets: Optional[list[str]] = SetOpt,
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Pixels (default: the profile's)."),
-    batch_size: Optional[str] = BatchOpt,
+    profile: Optional[str] = options.profile_option(),
+    sets: Optional[list[str]] = options.set_option(),
+    image_size: Optional[int] = options.image_size_option(),
+    batch_size: Optional[str] = options.batch_size_option(),
     max_workers: Optional[int] = typer.Option(None, "--max-workers", min=0,
                                               help="Largest worker count to try (default: the cores and one step "
                                                    "past them)."),
@@ -258,12 +197,12 @@ def loader_cmd(
     batches: int = typer.Option(80, "--batches", min=1, help="Timed batches per setting per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; rates are medians."),
     max_seconds: float = typer.Option(2.5, "--max-seconds", min=0.1, help="Time cap per setting per round."),
-    model: str = typer.Option("tiny_cnn", "--model", help="Model whose training rate the loader must keep up "
-                                                          "with; none to skip that check."),
+    model: str = options.model_option("tiny_cnn", help="Model whose training rate the loader must keep up with; "
+                                                       "none to skip that check."),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile",
                                                  help="Write a profile YAML (extends the one measured) with the "
                                                       "recommended loader settings."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
     out: Optional[Path] = OutOpt,
 ) -> None:
     """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
@@ -271,6 +210,41 @@ def loader_cmd(
     keeps up with the model."""
     from fasttrain.bench import loader as bl
 
+    factors = _prefetch_factors(prefetch)
+    report, prof, ref = _setup(profile, sets, image_size)
+    say = _say()
+    train_model = None if model.lower() == "none" else model
+    bundle, plan, batch_msg = _loader_inputs(data, report, prof, batch_size, train_model, say)
+    settings = bl.sweep_settings(bl.worker_counts(report.cores, max_workers), factors)
+    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
+        f"{plan.batch_size}, {plan.image_size} px")
+    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
+                       progress=say)
+    points = bl.combine_rounds(samples)
+    knee = bl.find_knee(points)
+    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    train_rate, source = _training_rate(prof, plan, train_model, bundle, say)
+    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
+    result = bl.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
+                        rounds=rounds, batches=batches, model=train_model, batch_message=batch_msg)
+    if write_profile is not None:
+        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
+                f"{choice.images_per_s:.0f} img/s\n{why}")
+        bl.write_profile(write_profile, ref, choice, note)
+        result["profile_written"] = str(write_profile)
+    path = _save("loader", out, result, report)
+    if as_json:
+        print_json(result)
+        return
+    claim = ""
+    if result.get("speedup_over_0_workers"):
+        from fasttrain.bench.speedups import claims_text, load_claims
+        _, claim = claims_text("workers", load_claims())
+    bench_view.render_loader(result, points, knee, choice, claim, path, console())
+
+
+def _prefetch_factors(prefetch: str) -> tuple[int, ...]:
+    """--prefetch "2,4" -> (2, 4), sorted and without repeats."""
     try:
         factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
     except ValueError:
@@ -278,20 +252,23 @@ def loader_cmd(
     if not factors or min(factors) < 1:
         raise UserError([Problem("--prefetch", "expected a comma list of positive integers", "e.g. --prefetch 2,4",
                                  prefetch)])
-    report, prof, ref = _setup(profile, sets, image_size)
+    return factors
+
+
+def _loader_inputs(data: str, report: Any, prof: Any, batch_size: str | None, train_model: str | None,
+                   say: Any) -> tuple[Any, Any, str | None]:
+    """(dataset bundle, plan with the batch to measure, --batch-size auto message) for `bench loader`."""
     if data == "synthetic":
         raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",
                                  "use shapes or an image directory", data)])
     from fasttrain.datasets.build import build_datasets
     from fasttrain.plan import make_plan
 
-    say = _say()
     bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
     if bundle.kind != "images":
         raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
                                  data)])
     plan = make_plan(prof, report, dataset_size=bundle.train_size)
-    train_model = None if model.lower() == "none" else model
     batch, batch_msg = _batch(batch_size, plan, train_model or "tiny_cnn", plan.image_size, bundle.num_classes,
                               prof.optim, say)
     if batch is not None:
@@ -300,15 +277,14 @@ def loader_cmd(
     if plan.batch_size > bundle.train_size:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training images",
                                  "lower it with --batch-size", plan.batch_size)])
-    counts = bl.worker_counts(report.cores, max_workers)
-    settings = bl.sweep_settings(counts, factors)
-    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
-        f"{plan.batch_size}, {plan.image_size} px")
-    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
-                       progress=say)
-    points = bl.combine_rounds(samples)
-    knee = bl.find_knee(points)
-    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    return bundle, plan, batch_msg
+
+
+def _training_rate(prof: Any, plan: Any, train_model: str | None, bundle: Any, say: Any) -> tuple[float | None, str]:
+    """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
+    profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
+    from fasttrain.bench import loader as bl
+
     train_rate, source = None, "measured here"
     forecast = None
     if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
@@ -320,69 +296,7 @@ def loader_cmd(
         train_rate = bl.training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
         if prof.hardware.gpu and plan.device != "cuda":
             source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
-    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
-    best = max(points, key=lambda p: p.images_per_s)
-    zero = next((p for p in points if p.workers == 0), None)
-    result: dict[str, Any] = {
-        "data": data, "profile": ref, "batch_size": plan.batch_size, "image_size": plan.image_size,
-        "cores": report.cores, "rounds": rounds, "batches": batches, "ram_budget_bytes": plan.ram_budget_bytes,
-        "points": [p.to_dict() for p in points], "samples": samples,
-        "knee": knee.to_dict(), "recommended": {**choice.to_dict(), "reason": why},
-        "best": best.to_dict(), "speedup_over_0_workers": (choice.images_per_s / zero.images_per_s) if zero else None,
-        "training": up, "model": train_model, "batch_message": batch_msg,
-        "profile_written": None,
-    }
-    if write_profile is not None:
-        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
-                f"{choice.images_per_s:.0f} img/s\n{why}")
-        bl.write_profile(write_profile, ref, choice, note)
-        result["profile_written"] = str(write_profile)
-    path = _save("loader", out, result, report)
-    if as_json:
-        print_json(result)
-        return
-    _render_loader(result, points, knee, choice, path)
-
-
-def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, path: Path) -> None:
-    from rich.table import Table
-
-    from fasttrain.core.format import fmt_bytes
-    from fasttrain.bench.speedups import claims_text, load_claims
-
-    con = console()
-    top = max(p.images_per_s for p in points)
-    table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
-                        f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
-    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"),
-                         ("", "left"),
-                         ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
-        table.add_column(col, justify=justify)
-    for p in points:
-        key = (p.workers, p.prefetch)
-        mark = ", ".join(word for word, at in (("knee", (knee.workers, knee.prefetch)),
-                                               ("recommended", (choice.workers, choice.prefetch))) if at == key)
-        spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
-        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
-                      _bar(p.images_per_s, top),
-                      fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
-    con.print(table)
-    con.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
-              f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")
-    con.print(f"recommended: num_workers={choice.workers}" +
-              (f", prefetch_factor={choice.prefetch}" if choice.prefetch else "") +
-              f" ({result['recommended']['reason']})")
-    if result.get("speedup_over_0_workers"):
-        _, claim = claims_text("workers", load_claims())
-        con.print(f"workers vs loading in the main process: {result['speedup_over_0_workers']:.2f}x measured; "
-                  f"the notes claim {claim}")
-    con.print(result["training"]["message"])
-    if result.get("batch_message"):
-        con.print(result["batch_message"])
-    if result.get("profile_written"):
-        con.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
-                  f"{result['profile_written']})")
-    con.print(f"result: {path}")
+    return train_rate, source
 
 
 # -- bench compare -------------------------------------------------------------------------------------------
@@ -390,7 +304,7 @@ def _render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice:
 def compare_cmd(
     a: Path = typer.Argument(..., metavar="A", help="A result.json or a bench run directory."),
     b: Path = typer.Argument(..., metavar="B", help="Another one of the same kind (other machine or version)."),
-    as_json: bool = JsonOpt,
+    as_json: bool = options.json_option(),
 ) -> None:
     """Two bench results side by side: images/s of A and B per row and the ratio B/A."""
     from fasttrain.bench.results import compare, read_result
@@ -409,24 +323,4 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from rich.table import Table
-
-    con = console()
-    for name in ("a", "b"):
-        m = result[name]
-        con.print(f"{name.upper()}: {m['created_at']}  {m['hostname']}  {m['cpu']} ({m['cores']} cores)  "
-                  f"GPU {', '.join(m['gpus'] or []) or 'none'}  torch {m['torch']}  fasttrain {m['fasttrain']}")
-    table = Table(title=f"bench compare: {result['kind']}", title_justify="left")
-    for col in ("row", "A", "B", "B / A"):
-        table.add_column(col, justify="left" if col == "row" else "right")
-
-    def cell(d: Any) -> str:
-        if not d:
-            return "-"
-        if d.get("images_per_s") is not None:
-            return f"{d['images_per_s']:.1f} img/s"
-        return ", ".join(f"{k} {v}" for k, v in d.items() if v is not None)
-
-    for r in result["rows"]:
-        table.add_row(r["key"], cell(r["a"]), cell(r["b"]), f"{r['ratio']:.2f}x" if r["ratio"] else "")
-    con.print(table)
+    bench_view.render_compare(result, console())

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
 
 
@@ -52,15 +53,14 @@ def _profile(ref: str | None, report: Any) -> tuple[Any, str]:
 
 
 def doctor_cmd(
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", metavar="NAME|FILE",
-                                          help="Check this profile against the machine (default: the best-matching "
-                                               "preset)."),
+    profile: Optional[str] = options.profile_option(help="Check this profile against the machine (default: the "
+                                                         "best-matching preset)."),
     data: Optional[Path] = typer.Option(None, "--data", "-d", metavar="DIR",
                                         help="Also measure read speed of this data set (at most 200 files or 2 s)."),
     target: Optional[float] = typer.Option(None, "--target-images-per-s", min=0.001, metavar="N",
                                            help="Images/s the data disk must feed (default: the GPU's published "
                                                 "ResNet-50 rate where known)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable: {report, findings, recommendation}."),
+    as_json: bool = options.json_option(help="Machine-readable: {report, findings, recommendation}."),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile", metavar="FILE",
                                                  help="Write a profile tuned to this machine (extends the matched "
                                                       "preset)."),

@@ -1,7 +1,7 @@
 """`fasttrain estimate`: forecast time, memory, bottleneck and cost of a plan before paying for it.
 
-gather (estimate_gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
--> compute (estimate.py, pure) -> render (estimate_render.py, or --json). torch is imported only inside
+gather (estimate/gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
+-> compute (estimate/forecast.py, pure) -> render (estimate/view.py, or --json). torch is imported only inside
 the command function, never when cli.py imports this module.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
 
 COMPARE_KINDS = ("presets", "gpus")
@@ -23,28 +24,25 @@ def register(app: typer.Typer) -> None:
 def estimate_cmd(
     what: Optional[str] = typer.Argument(None, metavar="[presets|gpus]",
                                          help="With --compare: compare presets (default) or GPUs of the spec file."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p",
-                                          help="Preset name or YAML file; default: the preset that fits this machine."),
-    model: str = typer.Option(..., "--model", "-m", help="timm / torchvision name, tiny_cnn, or module:callable."),
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Training crop in pixels (default: profile)."),
+    profile: Optional[str] = options.profile_option(),
+    model: str = options.model_option(...),
+    image_size: Optional[int] = options.image_size_option(),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size",
                                                help="Training samples (default: ImageNet-1k, 1,281,167)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Image folder: counts the files and measures decode speed."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
     num_classes: int = typer.Option(1000, "--num-classes", help="Classifier outputs."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. loader.batch_size=128."),
+    sets: Optional[list[str]] = options.set_option(),
     measure: bool = typer.Option(False, "--measure", help="Also run a few real training steps here and compare."),
     measure_steps: int = typer.Option(5, "--measure-steps", min=1, help="Timed steps for --measure."),
-    batch_size: Optional[str] = typer.Option(
-        None, "--batch-size", help="Per-device batch: a number, or auto (with --measure: the largest batch that "
-                                   "runs here, accumulation keeping the profile's effective batch)."),
+    batch_size: Optional[str] = options.batch_size_option(
+        help="Per-device batch: a number, or auto (with --measure: the largest batch that runs here, accumulation "
+             "keeping the profile's effective batch)."),
     compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N",
-                                                 help="GPUs per machine of a data-parallel job (world.gpus_per_node)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, metavar="M",
-                                         help="Machines of a data-parallel job (world.nodes)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output with stable keys."),
+    nproc_per_node: Optional[int] = options.nproc_per_node_option(),
+    nnodes: Optional[int] = options.nnodes_option(),
+    as_json: bool = options.json_option(),
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
     from fasttrain.estimate import gather as g

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from fasttrain.commands import options
 from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # train_run is imported only when a command runs
@@ -19,20 +20,15 @@ def register(app: typer.Typer) -> None:
 
 def train_cmd(
     ctx: typer.Context,
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", metavar="NAME|FILE",
-                                          help="Preset name or profile YAML; default: the preset that fits this machine."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="NAME|module:callable",
-                                        help="timm/torchvision name, tiny_cnn, or module:callable (default: tiny_cnn "
-                                             "for shapes/synthetic, resnet18 for a folder)."),
+    profile: Optional[str] = options.profile_option(),
+    model: Optional[str] = options.model_option(None, help="timm/torchvision name, tiny_cnn, or module:callable "
+                                                "(default: tiny_cnn for shapes/synthetic, resnet18 for a folder)."),
     data: str = typer.Option("shapes", "--data", "-d", metavar="DIR|shapes|synthetic|module:callable",
                              help="ImageFolder tree, the built-in shapes set, random tensors on the device, or "
                                   "your own datasets."),
     epochs: Optional[int] = typer.Option(None, "--epochs", "-e", help="Overrides optim.epochs."),
-    batch_size: Optional[str] = typer.Option(None, "--batch-size", metavar="N|auto",
-                                             help="Per-device batch; auto: the largest that runs a full step here "
-                                                  "(bench batch), accumulation keeping the profile's effective batch."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile value, e.g. "
-                                             "--set loader.batch_size=128 (repeatable)."),
+    batch_size: Optional[str] = options.batch_size_option(),
+    sets: Optional[list[str]] = options.set_option(),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under --runs-dir (default: "
                                            "date-time-profile)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
@@ -41,9 +37,9 @@ def train_cmd(
                                     "(never downloads)."),
     seed: int = typer.Option(0, "--seed", help="Seeds data order, augmentation and initialisation."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the final summary."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan (--dry-run) or the final summary as JSON; "
-                                 "progress goes to stderr."),
-    image_size: Optional[int] = typer.Option(None, "--image-size", help="Overrides loader.image_size."),
+    as_json: bool = options.json_option(help="Print the plan (--dry-run) or the final summary as JSON; "
+                                        "progress goes to stderr."),
+    image_size: Optional[int] = options.image_size_option(),
     num_classes: Optional[int] = typer.Option(None, "--num-classes", help="Classes for synthetic data or a "
                                               "custom dataset that cannot tell."),
     save_every: Optional[int] = typer.Option(None, "--save-every", metavar="N",

@@ -1,6 +1,6 @@
 """`doctor`'s rules in the order they are shown: (HardwareReport, Profile?, images/s target?) -> findings.
 
-The rules themselves are pure functions in doctor_gpu.py (torch and the GPUs) and doctor_host.py
+The rules themselves are pure functions in gpu.py (torch and the GPUs) and host.py
 (shm, RAM, workers, precision, compile, disks, environment); a Finding and its Context are in findings.py.
 
 The throughput the data disk must feed comes from, in order: the caller (a forecast from `estimate`,

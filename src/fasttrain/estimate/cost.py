@@ -58,7 +58,7 @@ def build_model(name: str, num_classes: int) -> Any:
     import torch
     from fasttrain.models import registry as models
     with torch.device("meta"):
-        if ":" not in name and name not in models._builtin():
+        if ":" not in name and name not in models.builtin_models():
             tv = _torchvision_names()
             if name in tv:
                 from torchvision import models as tvm
@@ -74,13 +74,13 @@ def _torchvision_names() -> frozenset[str]:
 
 def _is_alias_op(func: Any) -> bool:
     """Views, reshapes and detaches move no bytes."""
-    returns = func._schema.returns
+    returns = func._schema.returns  # torch exposes an op's alias annotations only on its private schema
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
 
 def _tensors(tree: Any) -> list[Any]:
     import torch
-    from torch.utils._pytree import tree_flatten
+    from torch.utils._pytree import tree_flatten  # torch's own pytree: what dispatch modes use for args
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
@@ -88,7 +88,7 @@ def _make_recorder():
     """A dispatch mode that records (op, flops, batch-scaled bytes, fixed bytes) for every aten call."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode  # the documented base of dispatch modes
     from torch.utils.flop_counter import flop_registry
 
     class Recorder(TorchDispatchMode):
@@ -100,7 +100,7 @@ def _make_recorder():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            packet = func._overloadpacket
+            packet = func._overloadpacket  # flop_registry is keyed by overload packet; torch has no public name
             if _is_alias_op(func):
                 return out
             flops = 0.0

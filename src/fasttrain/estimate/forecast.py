@@ -119,7 +119,6 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
              host_ram_bytes: int, constants: dict[str, Any], loader: LoaderSample | None = None,
              table: OpTable | None = None) -> Forecast:
     """Everything `estimate` prints, from fixed inputs. `cost` is a cost.ModelCost (duck-typed)."""
-    on_gpu = device.kind == "gpu"
     world = plan.world_size
     batch = plan.batch_size
     iterations = ar.iterations_per_epoch(dataset_size, batch, world, plan.drop_last)
@@ -133,16 +132,8 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
                          mixed_precision=plan.precision != "fp32", fused_optimizer=plan.fused_optimizer)
     compute_rate = batch / step.seconds if step else None   # images/s of one device, data for free
 
-    loader_info: dict[str, Any] = {"measured": loader is not None, "workers": plan.workers,
-                                   "total_workers": plan.workers * world}
-    loader_rate = None
-    if loader is not None:
-        per_worker = loader.images_per_s_per_worker
-        loader_rate = per_worker * max(plan.workers, 1)
-        loader_info.update(source=loader.source, images_per_s_per_worker=per_worker, images_per_s=loader_rate,
-                           workers_needed=math.ceil(compute_rate / per_worker) if compute_rate else None,
-                           keeps_up=(loader_rate >= compute_rate) if compute_rate else None)
-    else:
+    loader_info, loader_rate = _loader_feed(loader, plan.workers, world, compute_rate)
+    if loader is None:
         unknown.append("data loading speed (give --data DIR to measure it)")
 
     per_device = compute_rate
@@ -157,14 +148,7 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
     epoch_s = iterations * batch * world / total_rate if total_rate else None
     total_s = epoch_s * epochs if epoch_s is not None else None
 
-    mem = memory_budget(cost.params, cost.activation_bytes_per_sample, batch, plan.precision,
-                        profile.optim.optimizer, profile.optim.momentum,
-                        device.memory_bytes if on_gpu else None, constants, on_gpu)
-    host = host_budget(plan, profile, host_ram_bytes, constants, on_gpu, 0 if on_gpu else mem.total)
-    if not on_gpu:  # the model trains in host RAM: its budget is what the loaders and processes leave
-        room = host_ram_bytes - host.loader_buffers - host.processes
-        mem = memory_budget(cost.params, cost.activation_bytes_per_sample, batch, plan.precision,
-                            profile.optim.optimizer, profile.optim.momentum, room, constants, on_gpu=False)
+    mem, host = _budgets(plan, profile, cost, device, host_ram_bytes, constants)
 
     mfu = (cost.train_flops_per_sample * per_device / device.peak_flops) if per_device and device.peak_flops else None
     speed = {
@@ -177,15 +161,6 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
         "mfu": mfu, "multi_device_efficiency": device.multi_device_efficiency if world > 1 else 1.0,
     }
     nodes = profile.world.nodes
-    hw = profile.hardware
-    money = {
-        "price_on_demand_per_hour": hw.price_on_demand_per_hour, "price_spot_per_hour": hw.price_spot_per_hour,
-        "machines": nodes,
-        "on_demand_per_epoch": _money(epoch_s, hw.price_on_demand_per_hour, nodes),
-        "on_demand_per_run": _money(total_s, hw.price_on_demand_per_hour, nodes),
-        "spot_per_epoch": _money(epoch_s, hw.price_spot_per_hour, nodes),
-        "spot_per_run": _money(total_s, hw.price_spot_per_hour, nodes),
-    }
     return Forecast(
         model={"name": cost.model, "image_size": cost.image_size, "params": cost.params,
                "forward_flops_per_sample": cost.forward_flops_per_sample,
@@ -204,8 +179,50 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
         speed=speed, time={"epoch_s": epoch_s, "total_s": total_s},
         memory=mem, host_ram=host, loader=loader_info,
         bottleneck=bottleneck(step, compute_rate, loader_rate, plan.workers, loader, host, device),
-        cost=money, unknown=unknown,
+        cost=_prices(epoch_s, total_s, profile.hardware, nodes), unknown=unknown,
     )
+
+
+def _loader_feed(loader: LoaderSample | None, workers: int, world: int,
+                 compute_rate: float | None) -> tuple[dict[str, Any], float | None]:
+    """(the forecast's loader section, images/s the loaders of one device deliver; None when not measured)."""
+    info: dict[str, Any] = {"measured": loader is not None, "workers": workers, "total_workers": workers * world}
+    if loader is None:
+        return info, None
+    per_worker = loader.images_per_s_per_worker
+    rate = per_worker * max(workers, 1)
+    info.update(source=loader.source, images_per_s_per_worker=per_worker, images_per_s=rate,
+                workers_needed=math.ceil(compute_rate / per_worker) if compute_rate else None,
+                keeps_up=(rate >= compute_rate) if compute_rate else None)
+    return info, rate
+
+
+def _budgets(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, host_ram_bytes: int,
+             constants: dict[str, Any]) -> tuple[MemoryBudget, HostBudget]:
+    """(device memory, host RAM). On the CPU the model trains in host RAM: its capacity is what the loaders
+    and processes leave."""
+    on_gpu = device.kind == "gpu"
+    opt = profile.optim
+    mem = memory_budget(cost.params, cost.activation_bytes_per_sample, plan.batch_size, plan.precision,
+                        opt.optimizer, opt.momentum, device.memory_bytes if on_gpu else None, constants, on_gpu)
+    host = host_budget(plan, profile, host_ram_bytes, constants, on_gpu, 0 if on_gpu else mem.total)
+    if not on_gpu:
+        room = host_ram_bytes - host.loader_buffers - host.processes
+        mem = memory_budget(cost.params, cost.activation_bytes_per_sample, plan.batch_size, plan.precision,
+                            opt.optimizer, opt.momentum, room, constants, on_gpu=False)
+    return mem, host
+
+
+def _prices(epoch_s: float | None, total_s: float | None, hw: Any, nodes: int) -> dict[str, Any]:
+    """The forecast's cost section: hourly prices and what an epoch and the run cost at them."""
+    return {
+        "price_on_demand_per_hour": hw.price_on_demand_per_hour, "price_spot_per_hour": hw.price_spot_per_hour,
+        "machines": nodes,
+        "on_demand_per_epoch": _money(epoch_s, hw.price_on_demand_per_hour, nodes),
+        "on_demand_per_run": _money(total_s, hw.price_on_demand_per_hour, nodes),
+        "spot_per_epoch": _money(epoch_s, hw.price_spot_per_hour, nodes),
+        "spot_per_run": _money(total_s, hw.price_spot_per_hour, nodes),
+    }
 
 
 def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None, workers: int,

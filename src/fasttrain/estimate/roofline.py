@@ -1,6 +1,6 @@
 """Per-op roofline: the time of one training step from an op table and a device's ceilings.
 
-Pure arithmetic over numpy arrays (no torch): estimate.py prices plans with it and benchmarks/calibrate.py
+Pure arithmetic over numpy arrays (no torch): forecast.py prices plans with it and benchmarks/calibrate.py
 fits the efficiency factors with the very same function. Every aten call of the step is priced at
 max(compute time, memory time) + a fixed per-op overhead, so convolutions land on the compute roof and
 batch norm, activations and depthwise convolutions on the bandwidth roof, as they do on real hardware.

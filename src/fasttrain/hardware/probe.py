@@ -1,10 +1,10 @@
 """probe() -> HardwareReport: the look at nvidia-smi, htop, free and df that every field note starts with.
 
-One small function per reading. The GPU side is in hardware_nvml.py, the torch build in
-hardware_torch.py, disk speed in hardware_disk.py. Nothing here raises for a missing driver, GPU,
-NVML or torch: the report says what is missing and doctor.py turns that into findings.
+One small function per reading. The GPU side is in nvml.py, the torch build in
+torch_build.py, disk speed in disk.py. Nothing here raises for a missing driver, GPU,
+NVML or torch: the report says what is missing and the doctor turns that into findings.
 torch is imported only in a child process and only when an NVIDIA device is present (see
-hardware_torch.py), so the probe costs well under a second on a machine without a GPU.
+torch_build.py), so the probe costs well under a second on a machine without a GPU.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """HardwareReport: what the machine is, as plain JSON-serialisable data.
 
-hardware.py fills it in (the probe); doctor rules, the Plan and the tests read it. Tests use
+probe.py fills it in; doctor rules, the Plan and the tests read it. Tests use
 recorded reports (tests/fixtures/reports/*.json) for machines we do not have: GPUs, containers.
 Byte counts are bytes; clocks MHz; power W; temperatures degrees C.
 """
@@ -42,7 +42,7 @@ class GpuInfo(_Data):
     compute_capability: str | None = None
     bf16_supported: bool | None = None
     tf32_supported: bool | None = None
-    # Added by the doctor probe (hardware.py):
+    # Added by the doctor probe (probe.py):
     uuid: str | None = None
     compute_capability_source: str | None = None  # "torch", "nvml" or "table" (data/compute_capability.csv)
     visible_to_torch: bool | None = None  # False when CUDA_VISIBLE_DEVICES or a broken CUDA hides it from torch

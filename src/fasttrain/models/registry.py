@@ -14,7 +14,8 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.suggest import did_you_mean
 
 
-def _builtin() -> dict[str, Callable[..., Any]]:
+def builtin_models() -> dict[str, Callable[..., Any]]:
+    """fasttrain's own small nets by name (tiny_cnn, ...): built without timm or torchvision."""
     from fasttrain.models import tiny as tiny_models
     return tiny_models.BUILTIN
 
@@ -27,10 +28,6 @@ def _timm_names() -> list[str]:
 def _torchvision_names() -> list[str]:
     from torchvision import models as tvm
     return tvm.list_models(module=tvm)
-
-
-def known_model_names() -> list[str]:
-    return sorted(set(_builtin()) | set(_timm_names()) | set(_torchvision_names()))
 
 
 def load_callable(spec: str, what: str) -> Callable[..., Any]:
@@ -60,7 +57,7 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
             return fn(num_classes=num_classes)
         except TypeError:
             return fn()
-    builtin = _builtin()
+    builtin = builtin_models()
     if name in builtin:
         if pretrained:
             raise UserError([Problem("--pretrained", f"{name} is a fasttrain model and has no pretrained weights")])

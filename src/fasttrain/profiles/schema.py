@@ -1,7 +1,7 @@
 """The Profile: what a user asks for, as Pydantic models with extra="forbid".
 
 Field-level rules live here (types, ranges, known names). Rules that relate several fields
-(RAM budget, bf16 on the target GPU, workers vs prefetch) live in profile_rules.py so that
+(RAM budget, bf16 on the target GPU, workers vs prefetch) live in rules.py so that
 all problems of a file are reported in one go. Derived values (effective batch, scaled LR,
 loader RAM, iterations) are properties that call arithmetic.py, so they are computed in one place.
 """
@@ -17,11 +17,6 @@ Precision = Literal["fp32", "fp16-mixed", "bf16-mixed"]
 Optimizer = Literal["sgd", "adamw", "adam"]
 Schedule = Literal["cosine", "step", "plateau", "constant"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-
-PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
-OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
-SCHEDULES: tuple[str, ...] = Schedule.__args__  # type: ignore[attr-defined]
-COMPILE_MODES: tuple[str, ...] = CompileMode.__args__  # type: ignore[attr-defined]
 
 
 class _Section(BaseModel):

@@ -1,0 +1,135 @@
+"""Rich tables for `fasttrain bench`: each function prints one bench's result and computes nothing new.
+
+The commands (fasttrain/commands/bench.py) gather and measure, the bench modules summarise, and
+these functions only lay the summary out on the console they are given.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fasttrain.core.format import fmt_bytes
+
+
+def bar(value: float, top: float, width: int = 16) -> str:
+    """A text bar `width` characters long, filled in proportion to value / top."""
+    filled = 0 if top <= 0 else round(width * value / top)
+    return "█" * filled + "·" * (width - filled)
+
+
+def render_speedups(result: dict[str, Any], path: Path, out: Any) -> None:
+    """`bench speedups`: one row per setting, measured against the notes' claims."""
+    from rich.table import Table
+
+    table = Table(title=f"bench speedups: {result['model']} at {result['image_size']} px, batch "
+                        f"{result['batch_size']}, {result['device']}; median of {result['rounds']} interleaved "
+                        f"rounds x {result['steps']} steps", title_justify="left")
+    for col, justify in (("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
+                         ("the notes claim", "left"), ("verdict / reason", "left")):
+        table.add_column(col, justify=justify)
+    for r in result["rows"]:
+        label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
+        if r["status"] == "measured":
+            table.add_row(label, f"{r['images_per_s']:.1f}", f"{r['speedup']:.2f}x",
+                          f"{r['speedup_low']:.2f}-{r['speedup_high']:.2f}", r["claimed_short"], r["verdict"])
+        else:
+            table.add_row(label, "-", "skipped", "", r["claimed_short"], r["reason"])
+    out.print(table)
+    out.print("claims: " + "; ".join(f"{r['setting']}: {r['claimed']}" for r in result["rows"]
+                                     if r.get("claimed_speedup")))
+    total = next((r for r in result["rows"] if r["setting"] == "all" and r["status"] == "measured"), None)
+    if total is not None:
+        product = result.get("product_of_singles")
+        out.print(f"all together: {total['speedup']:.2f}x measured; the notes claim ~3.8x (optimal A10G) / ~3.5x "
+                  f"(aggressive A10G)" + (f"; multiplying the single speed-ups measured here predicts "
+                                          f"{product:.2f}x" if product else ""))
+    if result.get("batch_message"):
+        out.print(result["batch_message"])
+    for w in result.get("warnings", []):
+        out.print(f"warning: {w}")
+    out.print(f"result: {path}")
+
+
+def render_batch(result: dict[str, Any], auto: Any, path: Path, out: Any) -> None:
+    """`bench batch`: every trial of the search, the batch it settled on, and the flags that use it."""
+    from rich.table import Table
+
+    search = auto.search
+    table = Table(title=f"bench batch: {result['model']} at {result['image_size']} px, {result['precision']}"
+                        f"{', channels_last' if result['channels_last'] else ''}, {result['device']}"
+                        f"{' (cached)' if search.from_cache else ''}", title_justify="left")
+    for col in ("trial", "batch", "result", "seconds", "peak memory"):
+        table.add_column(col, justify="right" if col != "result" else "left")
+    for i, t in enumerate(search.trials, 1):
+        table.add_row(str(i), str(t.batch), "ran" if t.ok else f"OOM ({t.reason[:60]})", f"{t.seconds:.1f}",
+                      fmt_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-")
+    out.print(table)
+    out.print(auto.message)
+    if result.get("note"):
+        out.print(f"note: {result['note']}")
+    out.print(f"use it: fasttrain train --set loader.batch_size={auto.batch} "
+              f"--set optim.accumulation_steps={auto.accumulation}   (or --batch-size auto)")
+    out.print(f"result: {path}")
+
+
+def render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, workers_claim: str,
+                  path: Path, out: Any) -> None:
+    """`bench loader`: images/s and RAM per setting, the knee, the recommendation, and whether it keeps up."""
+    from rich.table import Table
+
+    top = max(p.images_per_s for p in points)
+    table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
+                        f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
+    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"),
+                         ("", "left"),
+                         ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
+        table.add_column(col, justify=justify)
+    for p in points:
+        key = (p.workers, p.prefetch)
+        mark = ", ".join(word for word, at in (("knee", (knee.workers, knee.prefetch)),
+                                               ("recommended", (choice.workers, choice.prefetch))) if at == key)
+        spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
+        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
+                      bar(p.images_per_s, top),
+                      fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
+    out.print(table)
+    out.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
+              f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")
+    out.print(f"recommended: num_workers={choice.workers}" +
+              (f", prefetch_factor={choice.prefetch}" if choice.prefetch else "") +
+              f" ({result['recommended']['reason']})")
+    if result.get("speedup_over_0_workers"):
+        out.print(f"workers vs loading in the main process: {result['speedup_over_0_workers']:.2f}x measured; "
+                  f"the notes claim {workers_claim}")
+    out.print(result["training"]["message"])
+    if result.get("batch_message"):
+        out.print(result["batch_message"])
+    if result.get("profile_written"):
+        out.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
+                  f"{result['profile_written']})")
+    out.print(f"result: {path}")
+
+
+def _compare_cell(d: Any) -> str:
+    if not d:
+        return "-"
+    if d.get("images_per_s") is not None:
+        return f"{d['images_per_s']:.1f} img/s"
+    return ", ".join(f"{k} {v}" for k, v in d.items() if v is not None)
+
+
+def render_compare(result: dict[str, Any], out: Any) -> None:
+    """`bench compare`: the two machines, then images/s of A and B per row and the ratio B/A."""
+    from rich.table import Table
+
+    for name in ("a", "b"):
+        m = result[name]
+        out.print(f"{name.upper()}: {m['created_at']}  {m['hostname']}  {m['cpu']} ({m['cores']} cores)  "
+                  f"GPU {', '.join(m['gpus'] or []) or 'none'}  torch {m['torch']}  fasttrain {m['fasttrain']}")
+    table = Table(title=f"bench compare: {result['kind']}", title_justify="left")
+    for col in ("row", "A", "B", "B / A"):
+        table.add_column(col, justify="left" if col == "row" else "right")
+    for r in result["rows"]:
+        table.add_row(r["key"], _compare_cell(r["a"]), _compare_cell(r["b"]),
+                      f"{r['ratio']:.2f}x" if r["ratio"] else "")
+    out.print(table)
