@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fasttrain.train import batch_search as bs
+from fasttrain.train.oom import is_out_of_memory
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile
@@ -110,9 +111,11 @@ def test_other_errors_propagate_instead_of_counting_as_oom() -> None:
 
 
 def test_oom_classification() -> None:
-    assert bs.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory"))
-    assert bs.is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
-    assert not bs.is_oom(RuntimeError("shape mismatch"))
+    assert is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
+    assert is_out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+    assert not is_out_of_memory(ValueError("out of memory"))  # only torch's allocator errors count
 
 
 def test_trials_use_the_plans_precision_and_memory_format() -> None:

@@ -13,7 +13,6 @@ torch is imported inside functions only: commands import this module.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import math
 import os
@@ -26,6 +25,7 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import JobFailed, Problem, UserError
+from fasttrain.train.oom import free_device_memory, is_out_of_memory
 
 # Fraction taken off the largest size that ran. The search runs on random tensors for two steps; a real run
 # also meets allocator fragmentation after hours, cuDNN workspaces that vary with the algorithm picked,
@@ -241,30 +241,6 @@ def store(key: str, result: SearchResult, path: Path | None = None) -> None:
 
 
 # -- the torch runner ------------------------------------------------------------------------------------
-def is_oom(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the allocator's RuntimeError on a host that cannot allocate."""
-    import torch
-
-    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
-                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
-    if oom_types and isinstance(exc, oom_types):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
-
-
-def free_device_memory(device_type: str) -> None:
-    """After an OOM: the failed step's tensors are unreachable once its frames are gone; collect them and hand
-    cached blocks back so the next (smaller) trial starts from the same free memory as the first one."""
-    gc.collect()
-    if device_type == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
 def trial_plan(plan: Any, batch: int) -> Any:
     """The plan for one trial: this batch, every step an optimizer step, eager (compiling each size would
     cost minutes; inductor's fused kernels need no more activation memory than eager, so eager is safe)."""
@@ -287,17 +263,18 @@ def step_trial(plan: Any, model_factory: Callable[[], Any], *, image_size: int, 
             out = run_synthetic_steps(trial_plan(plan, batch), model, image_size=image_size, num_classes=num_classes,
                                       steps=1, warmup_steps=1, optim=optim, in_chans=in_chans)
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is a failed trial; the rest propagates
-            if not is_oom(exc):
+            if not is_out_of_memory(exc):
                 raise
             reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
             out = None
         finally:
             model = None  # noqa: F841 - drop our reference before collecting
         if out is None:
-            free_device_memory(plan.device)
+            free_device_memory(plan.device, reset_peak_stats=True)
             return Trial(batch, False, reason, time.perf_counter() - started)
         if plan.device == "cuda":  # a success frees its tensors by reference counting; only the allocator cache
-            free_device_memory(plan.device)  # needs emptying so the next trial's peak is its own
+            # needs emptying, and the peak counter restarting, so the next trial's peak is its own
+            free_device_memory(plan.device, reset_peak_stats=True)
         peak = out["peak_memory_bytes"] if plan.device == "cuda" else None
         return Trial(batch, True, "", time.perf_counter() - started, peak, out["images_per_s"])
 

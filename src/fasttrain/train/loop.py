@@ -38,8 +38,8 @@ from fasttrain.train.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
 from fasttrain.train.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec, Profile
-from fasttrain.train.resilience import (MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook,
-                                  free_device_memory, is_out_of_memory)
+from fasttrain.train.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.resilience import MAX_NONFINITE_STREAK, GracefulStop, NonFiniteGuard, SignalHook
 from fasttrain.train.step import StepEngine, window_length
 
 

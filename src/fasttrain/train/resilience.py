@@ -1,4 +1,4 @@
-"""What keeps a run alive or lets it stop cleanly: signals, non-finite steps, out-of-memory back-off.
+"""What keeps a run alive or lets it stop cleanly: signals and non-finite steps (out of memory: oom.py).
 
 - GracefulStop: SIGTERM (preemption: ~30 s warning) and the first SIGINT only set a flag; the loop finishes
   the optimizer step in flight, writes a checkpoint and stops. A second SIGINT stops at once
@@ -125,20 +125,6 @@ class SignalHook:
                     os.killpg(os.getpgid(0), sig)
                 else:
                     os.kill(os.getpid(), sig)
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or an allocator RuntimeError that says so (older builds, other backends)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def free_device_memory(device: torch.device) -> None:
-    import gc
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 @dataclass

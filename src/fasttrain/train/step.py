@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from fasttrain.models.setup import CompileGuard
 from fasttrain.train.optim import LRSchedule
 from fasttrain.train.precision import Precision
-from fasttrain.train.resilience import is_out_of_memory
+from fasttrain.train.oom import is_out_of_memory
 
 _get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
 
