@@ -33,7 +33,7 @@ import torch
 
 from fasttrain.train.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
 from fasttrain.core.errors import JobFailed, Problem, UserError
-from fasttrain.models.setup import CompileGuard, prepare_model
+from fasttrain.models.setup import prepare_model
 from fasttrain.train.optim import LRSchedule, build_optimizer
 from fasttrain.plan import Plan
 from fasttrain.train.precision import make_precision
@@ -145,6 +145,11 @@ class Trainer:
     @property
     def model(self) -> torch.nn.Module:
         return self.engine.module
+
+    @property
+    def result(self) -> FitResult | None:
+        """What fit() has recorded so far (also after it was interrupted); None before fit() began."""
+        return self._result
 
     def _warn(self, text: str) -> None:
         if text in self._warned:
@@ -422,8 +427,8 @@ class Trainer:
             top1 += hits[:, :1].sum()
             top5 += hits.sum()
             count += int(targets.shape[0])
-        if isinstance(engine.runner, CompileGuard) and run is engine.runner:
-            engine.runner.verified()
+        if run is engine.runner:
+            engine.compiled_step_ok()
         engine.train_mode(True)
         loss, hits1, hits5 = float(loss_sum), int(top1), int(top5)
         if self.dist is not None:

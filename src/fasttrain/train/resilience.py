@@ -94,6 +94,8 @@ def shutdown_workers(loader: Any) -> None:
     """Stop a DataLoader's worker processes now (persistent ones included). Workers ignore SIGTERM, so they
     must be told to finish before interpreter exit, where multiprocessing would otherwise wait for them."""
     inner = getattr(loader, "loader", loader)
+    # DataLoader has no public way to stop persistent workers before it is garbage-collected: its iterator's
+    # _shutdown_workers() is what DataLoader itself calls on deletion.
     iterator = getattr(inner, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()

@@ -350,7 +350,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
                                      set_epoch=epoch_sampler.set_epoch if epoch_sampler is not None else None)
         except Interrupted as exc:
             interrupted = exc.with_traceback(None)  # no frame cycle keeping the loaders' workers alive
-            result = trainer._result
+            result = trainer.result
         except KeyboardInterrupt:  # a second Ctrl-C: stop at once (exit 130), say what is left
             if runlog is not None:
                 runlog.close()

@@ -50,6 +50,9 @@ class StepEngine:
         self.guard = _guard_scaler(device) if precision.scaler is None else None
         self.found_inf: torch.Tensor | None = None   # after optimizer_step: >0 when its gradients were not finite
         self.splits = 1                              # micro-batches per loader batch (out-of-memory back-off)
+        # Training flags (train/eval) whose compiled graph has run a whole step: an error there after that is
+        # the model's own, not a compiler failure to fall back from.
+        self._compiled_ok: set[bool] = set()
 
     @property
     def scaler(self) -> Any:
@@ -112,18 +115,26 @@ class StepEngine:
             elif old is not None:
                 p.grad.add_(old)
 
+    def compiled_step_ok(self) -> None:
+        """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
+        error in this mode is the model's own, raised, not a compiler failure to fall back from."""
+        if isinstance(self.runner, CompileGuard):
+            self.runner.verified()
+            if self.runner.active:
+                self._compiled_ok.add(self.module.training)
+
     def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float, sync: bool = True) -> torch.Tensor:
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
             loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
-            if guard is None or not guard.active or self.module.training in guard._verified or is_out_of_memory(exc):
+            if guard is None or not guard.active or self.module.training in self._compiled_ok \
+                    or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._forward_backward(images, targets, window, sync)
-        if guard is not None:
-            guard.verified()
+        self.compiled_step_ok()
         return loss
 
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
@@ -183,7 +194,9 @@ def _guard_scaler(device: torch.device) -> Any:
 
 
 def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
-    try:  # private but stable since torch 1.6; only informs the non-finite streak
+    # GradScaler has no public "was this step skipped" answer that stays on the device; _found_inf_per_device is
+    # private but stable since torch 1.6, and only informs the non-finite streak.
+    try:
         found = scaler._found_inf_per_device(optimizer)
     except (AttributeError, KeyError, RuntimeError, AssertionError):
         return None

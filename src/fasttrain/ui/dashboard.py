@@ -186,7 +186,7 @@ class Dashboard:
         self._rows: list[dict[str, Any]] = []
         self._messages: list[str] = []
         self._live: Any = None
-        self._epoch_cache: Any = None  # (key, rendered epoch table), see dashboard_view
+        self._epoch_table: Any = None  # dashboard_view.EpochTable, made on the first live redraw
         self._last_plain: float | None = None
         self._last_draw = 0.0
         self._last_kind: str | None = None
@@ -202,7 +202,7 @@ class Dashboard:
             self._live.start(refresh=True)
             self._last_draw = self._clock()
         elif self.mode == "plain":
-            self._write(f"fasttrain: {self._header()}")
+            self._write(f"fasttrain: {self.header}")
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -298,7 +298,9 @@ class Dashboard:
             self._last_kind = verdict.kind
             self._write(f"verdict: {verdict.text}")
 
-    def _header(self) -> str:
+    @property
+    def header(self) -> str:
+        """The run in one line: profile, device, precision, batch and workers."""
         p = self.plan
         world = f" x {p.world_size} processes = {p.effective_batch} (DDP)" if p.world_size > 1 else ""
         per = " per process" if p.world_size > 1 else ""
@@ -323,8 +325,11 @@ class Dashboard:
         """The live screen as one Rich renderable (also used by tests)."""
         from fasttrain.ui import dashboard_view
 
-        snap = self._current() or {}
-        return dashboard_view.screen(self, snap)
+        if self._epoch_table is None:
+            self._epoch_table = dashboard_view.EpochTable()
+        model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
+                                           self.epochs, tuple(self._rows))
+        return dashboard_view.screen(model, self._current() or {}, self._epoch_table, self.console)
 
     def _summary_table(self, summary: dict[str, Any]) -> Any:
         from rich.table import Table
