@@ -22,8 +22,8 @@ from rich.text import Text
 
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
 from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value, measured_vs_forecast,
-                                 progress_of)
+from fasttrain.ui.dashboard_format import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value,
+                                           measured_vs_forecast, progress_of)
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 
