@@ -224,3 +224,20 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     assert all("end_time" not in r for r in records)
     text = out.getvalue()
     assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary:" in text
+
+
+def test_dashboard_is_a_train_listener(plan) -> None:
+    """The run hands its display the TrainListener calls; the dashboard answers them as its own methods do."""
+    from fasttrain.train.events import RunEnd, StepEvent, TrainListener
+
+    out = io.StringIO()
+    with Dashboard(plan, total_batches=4, epochs=1, mode="plain", stream=out) as dash:
+        assert isinstance(dash, TrainListener)
+        dash.on_run_start(plan, ["a note"])
+        dash.on_step(StepEvent({"epoch": 0}, None, {}))  # no telemetry record: nothing to draw
+        dash.on_epoch_end({"epoch": 1, "train_loss": 0.5})
+        dash.on_message("careful", level="warning")
+        dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}, {"run_dir": "runs/x"}))
+    text = out.getvalue()
+    assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
+    assert "run_dir: runs/x" in text and "history" not in text

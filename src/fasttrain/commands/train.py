@@ -1,5 +1,6 @@
-"""`fasttrain train`: parse flags here; gather/plan/run live in fasttrain/train_run.py (imported lazily,
-so this module, which cli.py imports, never imports torch)."""
+"""`fasttrain train`: parse flags here; gather/plan/run live in fasttrain/train/run.py (imported lazily,
+so this module, which cli.py imports, never imports torch). The dashboard is built here and handed to the
+run as its display (a TrainListener), so the training code never imports the UI."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,9 @@ import typer
 from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # train_run is imported only when a command runs
+    from fasttrain.train.events import RunDisplay
     from fasttrain.train.run import Prepared
+    from fasttrain.ui.dashboard import Dashboard
 
 
 def register(app: typer.Typer) -> None:
@@ -111,7 +114,7 @@ def train_cmd(
         return
     if args.launch is not None:  # this process is the agent: the workers train
         raise typer.Exit(_launch(prep))
-    summary = train_run.execute(prep)
+    summary = train_run.execute(prep, display=_dashboard)
     if as_json and prep.is_main:
         print_json(summary)
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
@@ -127,6 +130,15 @@ def _launch(prep: "Prepared") -> int:
     if plan.device == "cpu":
         threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)
     return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads)
+
+
+def _dashboard(display: "RunDisplay") -> "Dashboard":
+    """The run's display: live on a terminal, plain lines under --json or off one, only errors with --quiet."""
+    from fasttrain.ui.dashboard import Dashboard, choose_mode
+    mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
+    return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
+                     stream=display.stream, report=display.report, telemetry=display.telemetry,
+                     forecast=display.forecast)
 
 
 def _given(ctx: typer.Context) -> set[str]:

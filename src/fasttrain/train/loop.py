@@ -4,7 +4,8 @@ Each loader batch is timed in three parts: data-wait (blocked in the loader), ho
 compute. On a CPU the wall clock measures them directly. On CUDA the copy and the compute are
 asynchronous, so they are bracketed with CUDA events and read back once per *logged* step (one sync
 per log interval, never one per step); loss, gradient norm and AMP scale are read at the same moment.
-Telemetry, dashboard and run log are optional collaborators (None in run_synthetic_steps and tests).
+Telemetry, the display and the run log are optional collaborators (None in run_synthetic_steps and tests);
+the display and the run log are told through the TrainListener protocol (events.py), never imported.
 
 Resilience (issue 6, helpers in resilience.py): a stop request (SIGTERM/SIGINT) is honoured when the
 optimizer step in flight has closed: a mid-epoch checkpoint is written and `Interrupted` raised; the same
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from fasttrain.train.events import Listeners, RunLogListener, StepEvent, StepLog, TrainListener
 from fasttrain.train.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, rng_states
 from fasttrain.core.errors import JobFailed, Problem, UserError
 from fasttrain.models.setup import prepare_model
@@ -47,12 +49,15 @@ from fasttrain.train.step import StepEngine, window_length
 class Collaborators:
     """What the loop reports to; every field may be None."""
 
-    telemetry: Any = None       # telemetry.Telemetry
-    dashboard: Any = None       # dashboard.Dashboard (already entered)
-    runlog: Any = None          # runlog.RunLog
+    telemetry: Any = None                   # telemetry.recorder.Telemetry: records steps, gives the snapshot
+    dashboard: TrainListener | None = None  # the command's display (already entered)
+    runlog: StepLog | None = None           # runlog.RunLog, told through RunLogListener
     checkpoints: CheckpointPolicy | None = None
     warn: Callable[[str], None] = lambda text: None
     bad_files: Callable[[], list[str]] | None = None   # skipped unreadable files so far (DataBundle.bad_files)
+
+    def listeners(self) -> Listeners:
+        return Listeners([self.dashboard, RunLogListener(self.runlog) if self.runlog is not None else None])
 
 
 class Interrupted(Exception):
@@ -95,6 +100,7 @@ class Trainer:
         self.optim = optim
         self.profile = profile
         self.io = collaborators or Collaborators()
+        self.listeners = self.io.listeners()
         self.device = torch.device(plan.device)
         self.log_interval_s = log_interval_s
         self.extra_state = extra_state       # (loader batches done in this pass) -> more checkpoint content
@@ -156,8 +162,7 @@ class Trainer:
             return
         self._warned.add(text)
         self.notes.append(text)
-        if self.io.dashboard is not None:
-            self.io.dashboard.message(f"warning: {text}")
+        self.listeners.on_message(f"warning: {text}")
         self.io.warn(text)
 
     # -- one epoch -----------------------------------------------------------------------------------
@@ -371,14 +376,13 @@ class Trainer:
             return
         if pending[-1].events is not None:
             pending[-1].events[2].synchronize()  # every earlier event is complete once the last one is
-        tel, dash, log = self.io.telemetry, self.io.dashboard, self.io.runlog
+        tel = self.io.telemetry
         if self.io.bad_files is not None:
             bad = self.io.bad_files()
             if len(bad) > self._bad_seen:
                 self._bad_seen = len(bad)
-                if dash is not None:
-                    dash.message(f"skipped {len(bad)} unreadable image file(s) so far, latest {bad[-1]} "
-                                 "(--strict-data stops instead)", level="warning")
+                self.listeners.on_message(f"skipped {len(bad)} unreadable image file(s) so far, latest {bad[-1]} "
+                                          "(--strict-data stops instead)", level="warning")
         rec = None
         for p in pending:
             if p.events is not None:
@@ -389,16 +393,8 @@ class Trainer:
                 from fasttrain.telemetry.recorder import StepRecord
                 rec = StepRecord(**p.fields)
                 tel.record(rec)
-        last = pending[-1].fields
         snapshot = tel.snapshot() if tel is not None else {}
-        if dash is not None and rec is not None:
-            dash.update(snapshot, rec)
-        if log is not None:
-            row = {k: v for k, v in last.items() if k != "end_time"}  # perf_counter stamp: meaningless in a log
-            for key in ("images_per_s", "it_per_s"):
-                if key in snapshot:
-                    row[key] = snapshot[key]
-            log.log_step(row)
+        self.listeners.on_step(StepEvent(pending[-1].fields, rec, snapshot))
 
     # -- validation ----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -498,10 +494,7 @@ class Trainer:
                     if io.checkpoints is not None:
                         written = io.checkpoints.save_epoch(payload, epoch, is_best)
                         self._note_saved(written[0] if written else None)
-                if io.runlog is not None:
-                    io.runlog.log_epoch(row)
-                if io.dashboard is not None:
-                    io.dashboard.epoch_end(row)
+                self.listeners.on_epoch_end(row)
                 if patience is not None and acc is not None and stale >= patience:
                     result.stopped_early = True
                     self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for {patience} epochs")

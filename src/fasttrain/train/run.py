@@ -11,10 +11,12 @@ Imported lazily by commands/train.py, so torch is imported only when a training 
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
+from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.profiles.presets import Resolved
 from fasttrain.hardware.report import HardwareReport
 
@@ -254,20 +257,26 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-def execute(prep: Prepared, *, stream: Any = None) -> dict[str, Any]:
-    """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first."""
+def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: Any = None) -> dict[str, Any]:
+    """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first.
+    `display`: the command's display (its dashboard), built from a RunDisplay once the loaders exist;
+    None shows nothing."""
     from fasttrain.train import distributed
     with distributed.joined(prep.world, prep.plan.device) as dist:
-        return _execute(prep, stream, dist)
+        return _execute(prep, stream, dist, display or _no_display)
 
 
-def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
+@contextlib.contextmanager
+def _no_display(spec: RunDisplay) -> Iterator[TrainListener]:
+    yield Listeners()
+
+
+def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) -> dict[str, Any]:
     import io
 
     import torch
 
     from fasttrain.train.checkpoint import CheckpointPolicy
-    from fasttrain.ui.dashboard import Dashboard, choose_mode
     from fasttrain.datasets.build import SyntheticBatches
     from fasttrain.models.registry import create_model
     from fasttrain.train.resilience import GracefulStop, quiet_workers, shutdown_workers
@@ -316,23 +325,22 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
     if runlog is not None:
         runlog.write_profile(profile.model_dump(mode="json"),
                              header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
-    mode = "quiet" if args.quiet or not main else ("plain" if args.json else choose_mode(False, stream))
+    quiet = args.quiet or not main
     telemetry = Telemetry(plan.device) if main else None
     from fasttrain.datasets.transforms import make_mixup
     mixup = make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None
     warnings: list[str] = []
-    forecast = forecast_for_run(prep) if mode != "quiet" and bundle.kind != "custom" else None
+    forecast = forecast_for_run(prep) if not quiet and bundle.kind != "custom" else None
     started = time.perf_counter()
     interrupted: Any = None
-    with Dashboard(plan, total_batches=batches * epochs, epochs=epochs, mode=mode, stream=stream,
-                   report=prep.report, telemetry=telemetry, forecast=forecast) as dash:
-        for note in plan_view(prep)["notes"]:
-            dash.message(f"note: {note}")
+    with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
+                            telemetry=telemetry, forecast=forecast, quiet=quiet, plain=args.json)) as listener:
+        listener.on_run_start(plan, plan_view(prep)["notes"])
         stop = GracefulStop()
         trainer = Trainer(plan, profile.optim, model, steps_per_epoch=batches,
                           activation_checkpointing=profile.speed.activation_checkpointing, mixup=mixup,
                           profile=profile,
-                          collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog,
+                          collaborators=Collaborators(telemetry=telemetry, dashboard=listener, runlog=runlog,
                                                       checkpoints=CheckpointPolicy(run_dir, args.save_every)
                                                       if main else None,
                                                       warn=warnings.append, bad_files=bundle.bad_files),
@@ -341,9 +349,9 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
         if prep.resume_payload is not None:
             trainer.load_state(prep.resume_payload, prep.resume_path)  # type: ignore[arg-type]
             p = prep.resume_payload
-            dash.message(f"resumed from {prep.resume_path} at epoch {p['epoch'] + 1}, batch {p['batch_in_epoch']}")
+            listener.on_message(f"resumed from {prep.resume_path} at epoch {p['epoch'] + 1}, batch {p['batch_in_epoch']}")
         for note in trainer.notes:
-            dash.message(f"note: {note}")
+            listener.on_message(f"note: {note}")
         try:
             with stop:
                 result = trainer.fit(train_loader, val_loader, epochs,
@@ -372,10 +380,11 @@ def _execute(prep: Prepared, stream: Any, dist: Any) -> dict[str, Any]:
         summary["forecast"] = forecast
         if interrupted is not None:
             summary.update(_interrupted(interrupted, resume_cmd, trainer))
+        end = RunEnd(summary, _short(summary))
         if runlog is not None:
-            runlog.write_summary(summary)
+            RunLogListener(runlog).on_run_end(end)
             runlog.close()
-        dash.close(_short(summary))
+        listener.on_run_end(end)
     if interrupted is not None and main:
         print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary

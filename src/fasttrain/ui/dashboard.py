@@ -1,5 +1,8 @@
 """The training dashboard: Rich Live on a terminal, plain lines off it, or (almost) nothing with --quiet.
 
+It is a TrainListener (fasttrain.train.events): the command builds it and hands it to the run, so the
+training code never imports it.
+
 The loop calls `update(snapshot, rec)` every batch (or at every sync); that stores references and
 checks a clock. Drawing is throttled and happens on the calling thread: the live screen is redrawn at
 most REFRESH_PER_SECOND times a second, a plain line written at most every `plain_every_s` seconds.
@@ -18,6 +21,7 @@ from fasttrain.telemetry import verdict as vd
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
+from fasttrain.train.events import RunEnd, StepEvent
 from fasttrain.ui.dashboard_format import EPOCH_COLUMNS, epoch_columns, fmt_value, plain_line
 
 MODES = ("live", "plain", "quiet")
@@ -150,6 +154,24 @@ class Dashboard:
             self._write("summary:")
             for key, value in summary.items():
                 self._write(f"  {key}: {fmt_value(key, value)}")
+
+    # -- the TrainListener protocol (fasttrain.train.events): what the loop and the run tell it ----------
+    def on_run_start(self, plan: Plan, notes: list[str]) -> None:
+        for note in notes:
+            self.message(f"note: {note}")
+
+    def on_step(self, event: StepEvent) -> None:
+        if event.record is not None:  # without telemetry there is no record, and nothing new to draw
+            self.update(event.snapshot, event.record)
+
+    def on_epoch_end(self, row: dict[str, Any]) -> None:
+        self.epoch_end(row)
+
+    def on_message(self, text: str, level: str = "info") -> None:
+        self.message(text, level)
+
+    def on_run_end(self, end: RunEnd) -> None:
+        self.close(end.highlights)
 
     # -- plain -----------------------------------------------------------------------------------
     def _write(self, line: str) -> None:
