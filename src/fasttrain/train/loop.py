@@ -221,8 +221,9 @@ class Trainer:
             scale_before = self.precision.scale if log_now and closes and self.precision.scaler is not None else None
             norm = engine.optimizer_step(want_norm=log_now) if closes else None
             bad = ~ok
-            if closes and engine.guard is not None and engine.found_inf is not None:
-                bad = bad | (engine.found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped by the guard
+            guard_found_inf = self.precision.guard_found_inf
+            if closes and guard_found_inf is not None:
+                bad = bad | (guard_found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped by the guard
             self.nonfinite.record(bad)
             if ev:
                 ev[2].record()
@@ -513,11 +514,10 @@ class Trainer:
     def state(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0) -> dict[str, Any]:
         """Everything an exact resume needs; `next_epoch`/`batch_in_epoch` say where to continue.
         `consumed_batches`: loader batches trained in the current pass (mid-epoch checkpoints)."""
-        scaler = self.precision.scaler
         result = self._result
         payload: dict[str, Any] = {
             "model": self.model.state_dict(), "optimizer": self.engine.optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
+            "scaler": self.precision.state_dict(),
             "schedule": self.schedule.state_dict(), "epoch": next_epoch, "batch_in_epoch": self.batch_in_epoch,
             "partial": self._partial if self.batch_in_epoch else None,
             "rng": rng_states(), "plan": self.plan.to_dict(), "metrics": row or {},
@@ -541,9 +541,7 @@ class Trainer:
         except (KeyError, ValueError, TypeError) as exc:
             raise UserError([Problem(str(path), f"its optimizer state does not fit this run ({exc})",
                                      "resume with the same optim.optimizer as the run that wrote it")]) from exc
-        scaler = self.precision.scaler
-        if scaler is not None and payload.get("scaler"):
-            scaler.load_state_dict(payload["scaler"])
+        self.precision.load_state_dict(payload.get("scaler"))
         self.schedule.load_state_dict(payload["schedule"])
         self.engine.splits = int(payload.get("micro_batch_splits") or 1)
         self.oom_events = list(payload.get("oom_events") or [])
