@@ -99,8 +99,8 @@ def train_cmd(
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=batch_size, launch=launch,
                                explicit=given)
-    prep = train_run.prepare(args)
-    if dry_run or args.launch is not None:
+    prep = train_run.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
+    if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
     if dry_run:
@@ -112,7 +112,7 @@ def train_cmd(
             for line in train_run.plan_lines(view):
                 out.print(line, markup=False)
         return
-    if args.launch is not None:  # this process is the agent: the workers train
+    if prep.args.launch is not None:  # this process is the agent: the workers train
         raise typer.Exit(_launch(prep))
     summary = train_run.execute(prep, display=_dashboard)
     if as_json and prep.is_main:

@@ -17,12 +17,13 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.batch_search import check_batch_option
 from fasttrain.train.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
 from fasttrain.plan import Plan, make_plan
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
@@ -33,8 +34,10 @@ from fasttrain.hardware.report import HardwareReport
 DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainArgs:
+    """The command line as given; final_args() makes the values a run trains with (a new TrainArgs)."""
+
     profile: str | None = None
     model: str | None = None
     data: str = "shapes"
@@ -97,6 +100,7 @@ def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
 
 
 def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:
+    """Flags that set profile values, for presets.resolve; `--batch-size N` among them (auto is searched)."""
     flags: dict[str, tuple[str, Any]] = {}
     if world is not None:  # a torchrun worker: the job's shape is what the agent started
         flags.update(world_flags(world.local_world_size, world.nodes, source="torchrun"))
@@ -106,6 +110,10 @@ def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[st
         flags["optim.epochs"] = ("--epochs", args.epochs)
     if args.image_size is not None:
         flags["loader.image_size"] = ("--image-size", args.image_size)
+    if args.batch_size is not None:
+        batch = check_batch_option(args.batch_size)
+        if batch is not None:
+            flags["loader.batch_size"] = ("--batch-size", batch)
     return flags
 
 
@@ -117,16 +125,27 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare(args: TrainArgs) -> Prepared:
-    """Everything up to the plan; every bad input raises UserError before any training starts."""
+def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, Path | None, dict[str, Any] | None]:
+    """The arguments this run trains with -> (args, checkpoint to resume or None, its payload or None).
+    A resume takes every flag not given again from the checkpoint and trains in the checkpoint's folder; a
+    torchrun worker drops the launch flags (torchrun already launched it). Bad values raise UserError."""
     resume_path, payload = None, None
     if args.resume:
-        from fasttrain.train.resume import apply_saved_args, find_checkpoint
+        from fasttrain.train.resume import find_checkpoint, with_saved_args
         resume_path, payload, skipped = find_checkpoint(args.resume, args.runs_dir, args.run_name)
-        apply_saved_args(args, payload, RESUMED_FIELDS)
-        args.runs_dir, args.run_name = resume_path.parent.parent, resume_path.parent.name
+        args = replace(with_saved_args(args, payload, RESUMED_FIELDS),
+                       runs_dir=resume_path.parent.parent, run_name=resume_path.parent.name)
         for bad in skipped:
             print(f"fasttrain: note: skipped damaged checkpoint {bad}", file=sys.stderr)
+    _check_values(args)
+    if args.launch is not None:
+        _check_launch(args.launch, world)
+        if world is not None:  # `torchrun ... -m fasttrain train --nproc-per-node N`: torchrun already launched
+            args = replace(args, launch=None)
+    return args, resume_path, payload
+
+
+def _check_values(args: TrainArgs) -> None:
     for flag, value in (("--epochs", args.epochs), ("--image-size", args.image_size),
                         ("--num-classes", args.num_classes), ("--save-every", args.save_every)):
         if value is not None and value < 1:
@@ -136,29 +155,28 @@ def prepare(args: TrainArgs) -> Prepared:
     from fasttrain.train.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
+
+
+def prepare(given: TrainArgs) -> Prepared:
+    """Everything up to the plan; every bad input raises UserError before any training starts."""
     world = worker_world()
-    if args.launch is not None:
-        _check_launch(args.launch, world)
-        if world is not None:  # `torchrun ... -m fasttrain train --nproc-per-node N`: torchrun already launched
-            args.launch = None
+    args, resume_path, payload = final_args(given, world)
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
-    profile = resolved.profile
     from fasttrain.datasets.build import build_datasets
-    bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
+    bundle = build_datasets(args.data, image_size=resolved.profile.loader.image_size, augment=resolved.profile.augment,
                             seed=args.seed, strict=args.strict_data, num_classes=args.num_classes)
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
                                  "drop --num-classes for image folders", args.num_classes)])
     model_name = args.model or _default_model(args.data, bundle.kind)
-    auto_note = None
-    if args.batch_size is not None:
-        resolved, auto_note = _apply_batch_size(args, ref, resolved, report, model_name, bundle.num_classes, world)
-        profile = resolved.profile
-    plan = make_plan(profile, report, dataset_size=bundle.train_size)
-    if auto_note:
-        plan.notes.append(auto_note)
+    notes: list[str] = []
+    if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
+        resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
+        notes.append(auto_note)
+    profile = resolved.profile
+    plan = _make_plan(profile, report, bundle.train_size, notes)
     _check_world(plan, profile, report, launched=world is not None or args.launch is not None)
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
@@ -168,6 +186,12 @@ def prepare(args: TrainArgs) -> Prepared:
         from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+
+
+def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
+    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
+    plan = make_plan(profile, report, dataset_size=dataset_size)
+    return replace(plan, notes=[*plan.notes, *notes]) if notes else plan
 
 
 def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
@@ -198,13 +222,17 @@ def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: 
                                  "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
 
 
-def _apply_batch_size(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
-                      num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str | None]:
-    """--batch-size N|auto (a flag, so it wins over --set) -> (re-resolved profile, note for the plan)."""
+def _auto_batch(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
+                num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str]:
+    """--batch-size auto: the search on this machine (cached), applied as flags -> (re-resolved profile, its
+    explanation). The search plans the profile as resolved without it; the final plan is made from the result."""
     from fasttrain.train import batch_search
-    batch_flags, note = batch_search.batch_size_flags(args.batch_size or "", resolved.profile, report, model_name,
-                                                      num_classes)
-    return presets.resolve(ref, sets=args.sets, flags={**flag_overrides(args, world), **batch_flags}), note
+    profile = resolved.profile
+    batch, accumulation, message = batch_search.resolve_auto_batch(
+        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
+        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
+    flags = {**flag_overrides(args, world), **batch_search.auto_flags(batch, accumulation)}
+    return presets.resolve(ref, sets=args.sets, flags=flags), message
 
 
 def _default_model(spec: str, kind: str) -> str:
@@ -474,7 +502,6 @@ def _summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, bundle: 
         "wall_s": wall_s, "fit_s": result.wall_s,
         "checkpoint_last": str(run_dir / "last.pt"),
         "checkpoint_best": str(run_dir / "best.pt") if (run_dir / "best.pt").exists() else None,
-        "bad_files": len(bundle.bad_files()) if hasattr(bundle, "bad_files") else 0,
         "sanity_check": result.sanity, "notes": result.notes, "history": result.history,
         "torch": torch.__version__, "seed": prep.args.seed,
     }
