@@ -4,7 +4,7 @@ Pure core: `search_largest_batch(try_batch, ...)` grows the batch by doubling fr
 bisects between the largest success and the smallest failure, then takes a safety margin off and *runs that
 size too*, so the answer is always a size that was seen to work. `batch_and_accumulation` keeps the
 profile's effective batch with gradient accumulation. Thin torch runner: `step_trial(...)` runs the real
-training step (trainer.run_synthetic_steps: forward, backward, optimizer step, in the plan's precision and
+training step (synthetic.run_synthetic_steps: forward, backward, optimizer step, in the plan's precision and
 memory format) and reports an out-of-memory as a failed trial after freeing what the step held.
 Results are cached per (model, image size, precision, memory format, optimizer, GPU, torch version) in
 $FASTTRAIN_CACHE/batch_cache.json (default ~/.cache/fasttrain), so a second run starts at once.
@@ -253,7 +253,7 @@ def step_trial(plan: Any, model_factory: Callable[[], Any], *, image_size: int, 
     """A `try_batch` that runs two full training steps of the real step code at batch n on a fresh model.
     Two, because the first optimizer step allocates the optimizer state: the second step's forward and
     backward run with weights, gradients, optimizer state and activations all alive, the true peak."""
-    from fasttrain.train.loop import run_synthetic_steps
+    from fasttrain.train.synthetic import run_synthetic_steps
 
     def try_batch(batch: int) -> Trial:
         started = time.perf_counter()

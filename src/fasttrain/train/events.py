@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
+
+if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
+    from fasttrain.train.checkpoint import CheckpointPolicy
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,21 @@ class RunLogListener:
         write_summary = getattr(self.log, "write_summary", None)
         if write_summary is not None:
             write_summary(end.summary)
+
+
+@dataclass
+class Collaborators:
+    """What the training loop reports to; every field may be None."""
+
+    telemetry: Any = None                   # telemetry.recorder.Telemetry: records steps, gives the snapshot
+    dashboard: TrainListener | None = None  # the command's display (already entered)
+    runlog: StepLog | None = None           # runlog.RunLog, told through RunLogListener
+    checkpoints: CheckpointPolicy | None = None
+    warn: Callable[[str], None] = lambda text: None
+    bad_files: Callable[[], list[str]] | None = None   # skipped unreadable files so far (DataBundle.bad_files)
+
+    def listeners(self) -> Listeners:
+        return Listeners([self.dashboard, RunLogListener(self.runlog) if self.runlog is not None else None])
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from fasttrain.core.errors import JobFailed
+
 # Consecutive non-finite steps that --on-nan stop tolerates before it stops the run (fp16 overflows come
 # alone or in pairs while the GradScaler backs off; three in a row means the run itself went bad).
 MAX_NONFINITE_STREAK = 3
@@ -149,3 +151,15 @@ class NonFiniteGuard:
         worst = int(self.worst)
         self.worst = self.streak.clone()
         return worst
+
+    def check(self, stop: bool, step: int, epoch: int, index: int, lr: float, last_good: Any) -> None:
+        """Read the worst streak since the last check (a sync on a GPU); with `stop` (--on-nan stop), raise
+        JobFailed once it reaches MAX_NONFINITE_STREAK. step/epoch/index (0-based)/lr: where, for the message."""
+        worst = self.read_and_reset()
+        if not stop or worst < MAX_NONFINITE_STREAK:
+            return
+        good = str(last_good) if last_good is not None else "none written yet"
+        raise JobFailed(f"{worst} steps in a row had a non-finite loss or gradients, the last at optimizer step "
+                        f"{step} (epoch {epoch + 1}, batch {index + 1}, LR {lr:.4g}); their updates "
+                        f"were skipped and nothing was saved after them. Last good checkpoint: {good} (intact). "
+                        "Lower optim.base_lr, set optim.clip_grad_norm, or use --on-nan skip")
