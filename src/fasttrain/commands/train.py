@@ -1,6 +1,7 @@
-"""`fasttrain train`: parse flags here; gather/plan/run live in fasttrain/train/run.py (imported lazily,
-so this module, which cli.py imports, never imports torch). The dashboard is built here and handed to the
-run as its display (a TrainListener), so the training code never imports the UI."""
+"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/prepare.py and the run in
+train/run.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
+is built here and handed to the run as its display (a TrainListener), so the training code never imports
+the UI."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # train_run is imported only when a command runs
     from fasttrain.train.events import RunDisplay
-    from fasttrain.train.run import Prepared
+    from fasttrain.train.prepare import Prepared
     from fasttrain.ui.dashboard import Dashboard
 
 
@@ -79,6 +80,7 @@ def train_cmd(
                                      help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
+    from fasttrain.train import prepare as train_prep
     from fasttrain.train import run as train_run
     from fasttrain.train.launch import LaunchSpec
     from fasttrain.core.console import console, print_json
@@ -92,24 +94,24 @@ def train_cmd(
     launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
         if nproc_per_node is not None else None
 
-    args = train_run.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
+    args = train_prep.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=batch_size, launch=launch,
                                explicit=given)
-    prep = train_run.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
+    prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
     if dry_run:
-        view = train_run.plan_view(prep)
+        view = train_prep.plan_view(prep)
         if as_json:
             print_json(view)
         else:
             out = console()
-            for line in train_run.plan_lines(view):
+            for line in train_prep.plan_lines(view):
                 out.print(line, markup=False)
         return
     if prep.args.launch is not None:  # this process is the agent: the workers train
