@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 8) with real gloo process groups on the CPU.
+"""Data-parallel training with real gloo process groups on the CPU.
 
 In-process, a world of one (the same DDP code path a single GPU takes): no_sync inside accumulation windows,
 the stop vote. Real subprocesses, 2 CPU processes: the loss curve and final weights match a single process

@@ -1,4 +1,4 @@
-"""Faults inside a run (issue 6): non-finite steps, out of memory, corrupt images, a full disk, and the state
+"""Faults inside a run: non-finite steps, out of memory, corrupt images, a full disk, and the state
 a resume depends on (GradScaler, LR schedule). In-process CLI runs on real image files and the real Trainer."""
 from __future__ import annotations
 

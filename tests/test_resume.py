@@ -1,4 +1,4 @@
-"""Resume (issue 6): a real SIGTERM mid-epoch then --resume ends bit-identical to an uninterrupted run;
+"""Resume: a real SIGTERM mid-epoch then --resume ends bit-identical to an uninterrupted run;
 SIGINT/double Ctrl-C; SIGKILL while a checkpoint is written; truncated and misfitting checkpoints.
 
 Real subprocesses (`python -m fasttrain train`), real image files, tiny_cnn at 16 px, fp32, one thread.

@@ -11,7 +11,7 @@ import typer
 
 from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
-if TYPE_CHECKING:  # train_run is imported only when a command runs
+if TYPE_CHECKING:  # the training modules are imported only when a command runs
     from fasttrain.train.events import RunDisplay
     from fasttrain.train.prepare import Prepared
     from fasttrain.ui.dashboard import Dashboard

@@ -58,9 +58,6 @@ class Listeners:
     def __init__(self, listeners: Iterable[TrainListener | None] = ()):
         self.listeners = [x for x in listeners if x is not None]
 
-    def __bool__(self) -> bool:
-        return bool(self.listeners)
-
     def on_run_start(self, plan: Plan, notes: list[str]) -> None:
         for x in self.listeners:
             x.on_run_start(plan, notes)

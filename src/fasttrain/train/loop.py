@@ -89,7 +89,6 @@ class Trainer:
                                   effective_batch=plan.batch_size * self.accumulation * max(1, plan.world_size),
                                   warn=self._warn, enabled=dist is None)
         self.cuda = self.device.type == "cuda"
-        self.epoch = 0
         self.batch_in_epoch = 0          # absolute index of the next batch of this epoch
         self.pass_start = 0              # batch this pass over the epoch began at (>0 after a resume)
         self.nonfinite = NonFiniteGuard(self.device)
@@ -302,7 +301,7 @@ class Trainer:
         self._stale = stale
         try:
             for epoch in range(first_epoch, epochs):
-                self.epoch, self.batch_in_epoch = epoch, 0
+                self.batch_in_epoch = 0
                 if set_epoch is not None:
                     set_epoch(epoch)
                 first = first_batch if epoch == first_epoch else 0

@@ -161,10 +161,6 @@ def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) ->
     return max(1, length), batch_index - start == length - 1
 
 
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
 def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(images, targets) or (images, targets, extra...) as a DataLoader hands it over, or a dict of them."""
     if isinstance(batch, dict):
