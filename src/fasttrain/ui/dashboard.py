@@ -3,7 +3,7 @@
 It is a TrainListener (fasttrain.train.events): the command builds it and hands it to the run, so the
 training code never imports it.
 
-The loop calls `update(snapshot, rec)` every batch (or at every sync); that stores references and
+The loop's on_step (update(snapshot, rec)) comes at every logged step; that stores references and
 checks a clock. Drawing is throttled and happens on the calling thread: the live screen is redrawn at
 most REFRESH_PER_SECOND times a second, a plain line written at most every `plain_every_s` seconds.
 Why not Rich's own refresh thread: a redraw holds the GIL for 1-2 ms, and on a loaded machine a
