@@ -8,7 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from fasttrain.train import batch_math as bm
 from fasttrain.train import batch_search as bs
+from fasttrain.train.oom import is_out_of_memory
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile
@@ -54,13 +56,13 @@ def test_finds_largest_under_threshold_minus_margin_with_real_steps(limit: int, 
     result = bs.search_largest_batch(thresholded_trial(limit, ran), start=start, max_batch=256)
     assert result.largest_ok == limit
     assert result.smallest_failed == limit + 1
-    assert result.batch == max(1, math.floor(limit * (1 - bs.SAFETY_MARGIN)))
+    assert result.batch == max(1, math.floor(limit * (1 - bm.SAFETY_MARGIN)))
     # never reports a size it did not run successfully: the answer is a successful trial, and its step ran
     assert result.batch in result.succeeded
     assert result.batch in ran
     assert all(t.batch <= limit for t in result.trials if t.ok)
     assert all(not t.ok and "OutOfMemoryError" in t.reason for t in result.trials if t.batch > limit)
-    assert len(result.tried) == len(set(result.tried)) <= bs.MAX_TRIALS
+    assert len(result.tried) == len(set(result.tried)) <= bm.MAX_TRIALS
 
 
 def test_the_margin_target_is_run_even_when_bisection_did_not_visit_it() -> None:
@@ -79,8 +81,8 @@ def test_the_margin_target_is_run_even_when_bisection_did_not_visit_it() -> None
 
 def test_large_limits_stay_within_tolerance_and_bounded_trials() -> None:
     result = bs.search_largest_batch(lambda n: bs.Trial(n, n <= 3000), start=1, max_batch=65536)
-    assert 3000 * (1 - bs.BISECT_TOLERANCE) <= result.largest_ok <= 3000
-    assert result.batch <= 3000 * (1 - bs.SAFETY_MARGIN) and result.batch in result.succeeded
+    assert 3000 * (1 - bm.BISECT_TOLERANCE) <= result.largest_ok <= 3000
+    assert result.batch <= 3000 * (1 - bm.SAFETY_MARGIN) and result.batch in result.succeeded
     assert len(result.trials) <= 12 + 8 + 1  # 12 doublings, a few bisections, the margin check
 
 
@@ -110,9 +112,11 @@ def test_other_errors_propagate_instead_of_counting_as_oom() -> None:
 
 
 def test_oom_classification() -> None:
-    assert bs.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory"))
-    assert bs.is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
-    assert not bs.is_oom(RuntimeError("shape mismatch"))
+    assert is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
+    assert is_out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+    assert not is_out_of_memory(ValueError("out of memory"))  # only torch's allocator errors count
 
 
 def test_trials_use_the_plans_precision_and_memory_format() -> None:

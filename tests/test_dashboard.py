@@ -8,7 +8,7 @@ import threading
 import pytest
 from rich.console import Console
 
-from fasttrain.ui import dashboard as db
+from fasttrain.ui import dashboard_format as dbf
 from fasttrain.profiles import presets
 from fasttrain.ui.dashboard import Dashboard, choose_mode
 from fasttrain.plan import make_plan
@@ -164,7 +164,7 @@ def test_quiet_mode_prints_only_errors_and_the_summary(plan) -> None:
 
 def test_measured_vs_forecast_ratio() -> None:
     snap = {"images_per_s": 600.0, "step_time_s": 0.1, "gpu_mem_peak_bytes": None}
-    rows = db.measured_vs_forecast(snap, FORECAST | {"note": "text is ignored"})
+    rows = dbf.measured_vs_forecast(snap, FORECAST | {"note": "text is ignored"})
     assert rows[0] == ("images_per_s", 600.0, 800.0, pytest.approx(0.75))
     assert rows[1] == ("step_time_s", 0.1, 0.08, pytest.approx(1.25))
     assert rows[2] == ("peak_memory_bytes", None, 6 * 2**30, None)  # no GPU: nothing measured
@@ -173,18 +173,18 @@ def test_measured_vs_forecast_ratio() -> None:
 def test_epoch_columns_pick_known_keys_in_order() -> None:
     row = {"telemetry_h2d_s": 0.0, "val_acc1": 0.9, "epoch": 2, "telemetry_images_per_s": 640.0, "train_loss": 0.3,
            "telemetry_gpu_util_mean_pct": None}  # no GPU: an empty column is left out
-    assert db.epoch_columns([row]) == ["epoch", "train_loss", "val_acc1", "telemetry_images_per_s"]
-    assert db.epoch_columns([{"b": 1, "a": 2}]) == ["b", "a"]  # nothing known: show everything
+    assert dbf.epoch_columns([row]) == ["epoch", "train_loss", "val_acc1", "telemetry_images_per_s"]
+    assert dbf.epoch_columns([{"b": 1, "a": 2}]) == ["b", "a"]  # nothing known: show everything
 
 
 def test_progress_and_eta_over_epochs() -> None:
     snap = {"epoch": 2, "batch_index": 9, "batches_in_epoch": 100, "step_time_s": 0.5}
-    assert db.progress_of(snap, 400) == (210, 400)
-    assert db.eta_s(snap, 400) == pytest.approx(190 * 0.5)
+    assert dbf.progress_of(snap, 400) == (210, 400)
+    assert dbf.eta_s(snap, 400) == pytest.approx(190 * 0.5)
     assert fmt_clock(3725) == "1:02:05"
-    assert (db.fmt_value("wall_s", 129.4), db.fmt_value("val_s", 10.06), db.fmt_value("step_time_s", 0.0123)) == \
+    assert (dbf.fmt_value("wall_s", 129.4), dbf.fmt_value("val_s", 10.06), dbf.fmt_value("step_time_s", 0.0123)) == \
         ("0:02:09", "10.1 s", "0.0123 s")
-    assert (db.fmt_value("images_per_s", 640.0), db.fmt_value("peak_bytes", 3 * 2**30)) == ("640", "3.0 GiB")
+    assert (dbf.fmt_value("images_per_s", 640.0), dbf.fmt_value("peak_bytes", 3 * 2**30)) == ("640", "3.0 GiB")
 
 
 def test_unknown_mode_is_refused(plan) -> None:
@@ -224,3 +224,20 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     assert all("end_time" not in r for r in records)
     text = out.getvalue()
     assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary:" in text
+
+
+def test_dashboard_is_a_train_listener(plan) -> None:
+    """The run hands its display the TrainListener calls; the dashboard answers them as its own methods do."""
+    from fasttrain.train.events import RunEnd, StepEvent, TrainListener
+
+    out = io.StringIO()
+    with Dashboard(plan, total_batches=4, epochs=1, mode="plain", stream=out) as dash:
+        assert isinstance(dash, TrainListener)
+        dash.on_run_start(plan, ["a note"])
+        dash.on_step(StepEvent({"epoch": 0}, None, {}))  # no telemetry record: nothing to draw
+        dash.on_epoch_end({"epoch": 1, "train_loss": 0.5})
+        dash.on_message("careful", level="warning")
+        dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}, {"run_dir": "runs/x"}))
+    text = out.getvalue()
+    assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
+    assert "run_dir: runs/x" in text and "history" not in text

@@ -47,3 +47,13 @@ def test_mixed_precision_autocasts_and_trains_on_cpu(name: str, dtype: torch.dty
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match="fp8"):
         make_precision("fp8", "cpu")
+
+
+def test_precision_state_round_trips_the_loss_scale() -> None:
+    """Checkpoints keep fp16's loss scale (the payload's "scaler"); fp32/bf16 have none to keep."""
+    assert make_precision("fp32", "cpu").state_dict() is None
+    first, second = make_precision("fp16-mixed", "cpu", init_scale=256.0), make_precision("fp16-mixed", "cpu")
+    second.load_state_dict(first.state_dict())
+    assert second.scale == 256.0
+    second.load_state_dict(None)  # a checkpoint written without a scaler leaves it as it is
+    assert second.scale == 256.0

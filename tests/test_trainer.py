@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from fasttrain.train.step import window_length
-from fasttrain.train.loop import Collaborators, Trainer, run_synthetic_steps
+from fasttrain.train.loop import Collaborators, Trainer
+from fasttrain.train.synthetic import run_synthetic_steps
 from loop_helpers import cpu_plan, tiny_mlp
 
 SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,

@@ -252,7 +252,7 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
     Anything that fails to run is a skipped row with the reason, never a crash of the whole bench."""
     import torch
 
-    from fasttrain.train.batch_search import free_device_memory, is_oom
+    from fasttrain.train.oom import free_device_memory, is_out_of_memory
     from fasttrain.models.setup import CompileGuard
     from fasttrain.train.loop import Collaborators, Trainer
 
@@ -274,12 +274,12 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
             reason = f"torch.compile failed, train would run eager: {runner.fallback_reason}"
     except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
         first = (str(exc).strip().splitlines() or [""])[0][:160]
-        reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_oom(exc)
+        reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_out_of_memory(exc)
                                       else f"{type(exc).__name__}: {first}")
     if not reason and cand is not None:
         return cand
     cand = trainer = images = targets = runner = None  # noqa: F841 - drop the model and optimizer state
-    free_device_memory(plan.device)  # before the next configuration allocates its own
+    free_device_memory(plan.device, reset_peak_stats=True)  # before the next configuration allocates its own
     return Skipped(variant.name, reason)
 
 

@@ -116,7 +116,7 @@ def _default_profile(local: Any) -> str:
 def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     """Forecast the plan on THIS machine and run it for a few steps with the train step code."""
     from fasttrain.estimate import gather as g
-    from fasttrain.train import loop as trainer
+    from fasttrain.train import synthetic as trainer
     from fasttrain.models import registry as models
     fc, target = g.forecast_for(prof, req, local, force_local=True)
     net = models.create_model(req.model, num_classes=req.num_classes)

@@ -1,5 +1,7 @@
-"""`fasttrain train`: parse flags here; gather/plan/run live in fasttrain/train_run.py (imported lazily,
-so this module, which cli.py imports, never imports torch)."""
+"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/prepare.py and the run in
+train/run.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
+is built here and handed to the run as its display (a TrainListener), so the training code never imports
+the UI."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +12,10 @@ import typer
 from fasttrain.commands import options
 from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
-if TYPE_CHECKING:  # train_run is imported only when a command runs
-    from fasttrain.train.run import Prepared
+if TYPE_CHECKING:  # the training modules are imported only when a command runs
+    from fasttrain.train.events import RunDisplay
+    from fasttrain.train.prepare import Prepared
+    from fasttrain.ui.dashboard import Dashboard
 
 
 def register(app: typer.Typer) -> None:
@@ -72,6 +76,7 @@ def train_cmd(
                                      help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
+    from fasttrain.train import prepare as train_prep
     from fasttrain.train import run as train_run
     from fasttrain.train.launch import LaunchSpec
     from fasttrain.core.console import console, print_json
@@ -85,29 +90,29 @@ def train_cmd(
     launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
         if nproc_per_node is not None else None
 
-    args = train_run.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
+    args = train_prep.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=batch_size, launch=launch,
                                explicit=given)
-    prep = train_run.prepare(args)
-    if dry_run or args.launch is not None:
+    prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
+    if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
     if dry_run:
-        view = train_run.plan_view(prep)
+        view = train_prep.plan_view(prep)
         if as_json:
             print_json(view)
         else:
             out = console()
-            for line in train_run.plan_lines(view):
+            for line in train_prep.plan_lines(view):
                 out.print(line, markup=False)
         return
-    if args.launch is not None:  # this process is the agent: the workers train
+    if prep.args.launch is not None:  # this process is the agent: the workers train
         raise typer.Exit(_launch(prep))
-    summary = train_run.execute(prep)
+    summary = train_run.execute(prep, display=_dashboard)
     if as_json and prep.is_main:
         print_json(summary)
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
@@ -123,6 +128,15 @@ def _launch(prep: "Prepared") -> int:
     if plan.device == "cpu":
         threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)
     return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads)
+
+
+def _dashboard(display: "RunDisplay") -> "Dashboard":
+    """The run's display: live on a terminal, plain lines under --json or off one, only errors with --quiet."""
+    from fasttrain.ui.dashboard import Dashboard, choose_mode
+    mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
+    return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
+                     stream=display.stream, report=display.report, telemetry=display.telemetry,
+                     forecast=display.forecast)
 
 
 def _given(ctx: typer.Context) -> set[str]:

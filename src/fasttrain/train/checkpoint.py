@@ -3,7 +3,7 @@
 Write: a temporary file in the same directory, flushed and fsynced, then os.replace() over the old
 name (atomic on POSIX within one file system), then the directory is fsynced so the rename survives a
 power cut. A reader therefore sees the old checkpoint or the new one, never half of one.
-Content is everything an exact resume needs (issue 6): model, optimizer, GradScaler, LR schedule,
+Content is everything an exact resume needs: model, optimizer, GradScaler, LR schedule,
 epoch and batch inside it, sampler state, RNG states, the resolved profile and versions.
 A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
 the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.

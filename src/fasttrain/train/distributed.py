@@ -9,7 +9,7 @@
   posts its flags (stop requested, periodic save due) in a non-blocking all-reduce (MAX) and reads the result
   one step later, so all ranks stop and save after the same step without a host sync on the hot path.
 - sums(): metrics (loss sum, images, correct predictions) summed over ranks at epoch and validation ends.
-Imported by train_run/trainer only when the world size is above 1.
+Imported by train/run.py and the Trainer only when the world size is above 1.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What keeps a run alive or lets it stop cleanly: signals, non-finite steps, out-of-memory back-off.
+"""What keeps a run alive or lets it stop cleanly: signals and non-finite steps (out of memory: oom.py).
 
 - GracefulStop: SIGTERM (preemption: ~30 s warning) and the first SIGINT only set a flag; the loop finishes
   the optimizer step in flight, writes a checkpoint and stops. A second SIGINT stops at once
@@ -22,6 +22,8 @@ from types import FrameType
 from typing import Any
 
 import torch
+
+from fasttrain.core.errors import JobFailed
 
 # Consecutive non-finite steps that --on-nan stop tolerates before it stops the run (fp16 overflows come
 # alone or in pairs while the GradScaler backs off; three in a row means the run itself went bad).
@@ -94,6 +96,8 @@ def shutdown_workers(loader: Any) -> None:
     """Stop a DataLoader's worker processes now (persistent ones included). Workers ignore SIGTERM, so they
     must be told to finish before interpreter exit, where multiprocessing would otherwise wait for them."""
     inner = getattr(loader, "loader", loader)
+    # DataLoader has no public way to stop persistent workers before it is garbage-collected: its iterator's
+    # _shutdown_workers() is what DataLoader itself calls on deletion.
     iterator = getattr(inner, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
@@ -127,20 +131,6 @@ class SignalHook:
                     os.kill(os.getpid(), sig)
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or an allocator RuntimeError that says so (older builds, other backends)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def free_device_memory(device: torch.device) -> None:
-    import gc
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 @dataclass
 class NonFiniteGuard:
     """Counts consecutive non-finite steps on the device (no sync per step); read at check points."""
@@ -161,3 +151,15 @@ class NonFiniteGuard:
         worst = int(self.worst)
         self.worst = self.streak.clone()
         return worst
+
+    def check(self, stop: bool, step: int, epoch: int, index: int, lr: float, last_good: Any) -> None:
+        """Read the worst streak since the last check (a sync on a GPU); with `stop` (--on-nan stop), raise
+        JobFailed once it reaches MAX_NONFINITE_STREAK. step/epoch/index (0-based)/lr: where, for the message."""
+        worst = self.read_and_reset()
+        if not stop or worst < MAX_NONFINITE_STREAK:
+            return
+        good = str(last_good) if last_good is not None else "none written yet"
+        raise JobFailed(f"{worst} steps in a row had a non-finite loss or gradients, the last at optimizer step "
+                        f"{step} (epoch {epoch + 1}, batch {index + 1}, LR {lr:.4g}); their updates "
+                        f"were skipped and nothing was saved after them. Last good checkpoint: {good} (intact). "
+                        "Lower optim.base_lr, set optim.clip_grad_norm, or use --on-nan skip")

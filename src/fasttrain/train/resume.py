@@ -7,6 +7,7 @@ damaged ones on the way are skipped and named.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,12 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Pa
                              "start a new run without --resume, or name a checkpoint file")])
 
 
-def apply_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) -> None:
-    """Every field of `fields` not given on this command line (args.explicit) comes from the checkpoint."""
+def with_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) -> Any:
+    """A copy of `args` (a dataclass) where every field of `fields` not given on this command line
+    (args.explicit) comes from the checkpoint."""
     saved = payload.get("args") or {}
-    for name in fields:
-        if name in saved and name not in args.explicit:
-            setattr(args, name, saved[name])
+    return dataclasses.replace(args, **{name: saved[name] for name in fields
+                                        if name in saved and name not in args.explicit})
 
 
 def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int) -> None:

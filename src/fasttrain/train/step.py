@@ -3,10 +3,8 @@
 A micro-step is forward + backward of one loader batch; an optimizer step closes an accumulation
 window. Nothing here reads a value back from the device: the caller decides when to sync (logged steps).
 
-Non-finite guard (issue 6): without fp16's GradScaler, a "guard" GradScaler fixed at scale 1.0 does the same
-job: it checks the gradients for inf/NaN and skips that optimizer step, so one bad batch cannot poison the
-weights. Multiplying by 1.0 is exact, so the weights are bit-identical to an unguarded run. It costs one
-pass over the gradients; a fused (CUDA) optimizer takes the check on the device without a sync.
+The precision (precision.py) owns autocast, backward through its GradScaler, unscaling before clipping, the
+optimizer step with its non-finite guard and the scaler's checkpoint state; this module sequences them.
 Out-of-memory back-off: `splits` cuts a loader batch into that many micro-batches whose losses are weighted
 by their share of the batch, so the summed gradient is the batch's (the effective batch and LR stay).
 """
@@ -22,10 +20,8 @@ import torch.nn.functional as F
 
 from fasttrain.models.setup import CompileGuard
 from fasttrain.train.optim import LRSchedule
-from fasttrain.train.precision import Precision
-from fasttrain.train.resilience import is_out_of_memory
-
-_get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+from fasttrain.train.precision import Precision, total_norm
+from fasttrain.train.oom import is_out_of_memory
 
 
 class StepEngine:
@@ -47,14 +43,10 @@ class StepEngine:
         self.label_smoothing = label_smoothing
         self.mixup = mixup
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self.guard = _guard_scaler(device) if precision.scaler is None else None
-        self.found_inf: torch.Tensor | None = None   # after optimizer_step: >0 when its gradients were not finite
         self.splits = 1                              # micro-batches per loader batch (out-of-memory back-off)
-
-    @property
-    def scaler(self) -> Any:
-        """The GradScaler that checks (and for fp16 scales) gradients: fp16's own, else the guard."""
-        return self.precision.scaler if self.precision.scaler is not None else self.guard
+        # Training flags (train/eval) whose compiled graph has run a whole step: an error there after that is
+        # the model's own, not a compiler failure to fall back from.
+        self._compiled_ok: set[bool] = set()
 
     # -- input -------------------------------------------------------------------------------------
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,18 +104,26 @@ class StepEngine:
             elif old is not None:
                 p.grad.add_(old)
 
+    def compiled_step_ok(self) -> None:
+        """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
+        error in this mode is the model's own, raised, not a compiler failure to fall back from."""
+        if isinstance(self.runner, CompileGuard):
+            self.runner.verified()
+            if self.runner.active:
+                self._compiled_ok.add(self.module.training)
+
     def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float, sync: bool = True) -> torch.Tensor:
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
             loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
-            if guard is None or not guard.active or self.module.training in guard._verified or is_out_of_memory(exc):
+            if guard is None or not guard.active or self.module.training in self._compiled_ok \
+                    or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._forward_backward(images, targets, window, sync)
-        if guard is not None:
-            guard.verified()
+        self.compiled_step_ok()
         return loss
 
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
@@ -134,70 +134,24 @@ class StepEngine:
             with self.precision.autocast():
                 logits = self.runner(images)
             loss = self.loss(logits, targets)
-            scaled = loss / window
-            scaler = self.scaler
-            if scaler is not None:
-                scaler.scale(scaled).backward()
-            else:
-                scaled.backward()
+            self.precision.backward(loss / window)
         return loss.detach()
 
     def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:
-        """Unscale, clip, step, zero. Clipping must see true gradients, so the GradScaler unscales first.
+        """Unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
         -> total gradient norm (a device tensor) when clipping or when asked, else None."""
-        scaler = self.scaler
-        # On a CPU the guard's job is done by the gradient norm: a read-only pass and a cheap host read, where the
-        # GradScaler machinery cost ~0.4 ms of Python per step (benchmarks/loop_overhead.py). On CUDA the guard
-        # GradScaler stays: with a fused optimizer it skips on the device without a sync.
-        host_guard = scaler is not None and scaler is self.guard and self.device.type == "cpu"
         self.schedule.apply()
         norm = None
         if self.clip_grad_norm is not None or want_norm:
-            if scaler is not None and not host_guard:
-                scaler.unscale_(self.optimizer)
+            self.precision.unscale_(self.optimizer)
             if self.clip_grad_norm is not None:
                 norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm)
             else:
-                norm = _total_norm(self.params)
-        if host_guard:
-            checked = norm if norm is not None else _total_norm(self.params)
-            self.found_inf = (~torch.isfinite(checked)).float()
-            if not bool(self.found_inf):  # a non-finite norm means some gradient is inf/NaN: skip the update
-                self.optimizer.step()
-        elif scaler is not None:
-            scaler.step(self.optimizer)   # skips the step when the gradients hold inf/NaN
-            self.found_inf = _found_inf(scaler, self.optimizer)
-            scaler.update(1.0 if scaler is self.guard else None)  # the guard never scales
-        else:
-            self.optimizer.step()
+                norm = total_norm(self.params)
+        self.precision.optimizer_step(self.optimizer, self.params, norm)
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         return norm
-
-
-def _guard_scaler(device: torch.device) -> Any:
-    try:  # growth never happens in practice (interval 2**30) and update(1.0) resets any back-off
-        return torch.amp.GradScaler(device.type, init_scale=1.0, growth_interval=2**30)
-    except (RuntimeError, ValueError, AssertionError):
-        return None  # a device without GradScaler support: steps are unguarded, as before
-
-
-def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
-    try:  # private but stable since torch 1.6; only informs the non-finite streak
-        found = scaler._found_inf_per_device(optimizer)
-    except (AttributeError, KeyError, RuntimeError, AssertionError):
-        return None
-    values = list(found.values())
-    return sum(values[1:], values[0]) if values else None
-
-
-def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    if _get_total_norm is not None:
-        return _get_total_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
 def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) -> tuple[int, bool]:
@@ -207,5 +161,8 @@ def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) ->
     return max(1, length), batch_index - start == length - 1
 
 
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
+def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images, targets) or (images, targets, extra...) as a DataLoader hands it over, or a dict of them."""
+    if isinstance(batch, dict):
+        return batch["images"], batch["targets"]
+    return batch[0], batch[1]

@@ -1,7 +1,8 @@
 """The Rich layout of the live dashboard screen (redrawn from Dashboard.update(), a few times a second).
 
 Kept apart from dashboard.py so that the mode logic stays short; everything here is pure layout:
-it reads the Dashboard's stored state and a telemetry snapshot and returns a renderable.
+it reads a ScreenModel (what the Dashboard knows, handed over by value) and a telemetry snapshot and
+returns a renderable.
 
 Cost matters here: the redraw runs on the training thread, so every millisecond it takes is a
 millisecond of training. Nested rich Tables cost ~10 ms a redraw (measured in
@@ -10,7 +11,9 @@ bars, and the epoch table -- which changes once an epoch -- is rendered once and
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Group
 from rich.segment import Segment, Segments
@@ -19,11 +22,10 @@ from rich.text import Text
 
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
 from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value, measured_vs_forecast,
-                                 progress_of)
-
-if TYPE_CHECKING:
-    from fasttrain.ui.dashboard import Dashboard
+from fasttrain.ui.dashboard_format import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value,
+                                           measured_vs_forecast, progress_of)
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import Plan
 
 VERDICT_STYLE = {"input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}
@@ -39,29 +41,63 @@ def bar(fraction: float | None, width: int = BAR_WIDTH, style: str = "green") ->
     return Text.assemble(("━" * filled, style), ("━" * (width - filled), "grey23"))
 
 
-def screen(dash: "Dashboard", snap: dict[str, Any]) -> Group:
-    parts: list[Any] = [Text(f"fasttrain  {dash._header()}", style="bold"), _progress(dash, snap)]
-    parts += _figures(dash, snap)
+@dataclass(frozen=True)
+class ScreenModel:
+    """What one redraw of the live screen shows besides the snapshot."""
+
+    header: str                            # the run's one-line description (profile, device, precision, batch)
+    plan: Plan
+    report: HardwareReport | None
+    forecast: dict[str, Any] | None        # the `estimate` forecast, shown beside the measured figures
+    total_batches: int                     # loader batches over the whole run
+    epochs: int
+    rows: Sequence[dict[str, Any]]         # every finished epoch's row, oldest first
+
+
+class EpochTable:
+    """The epoch table rendered once per new row (it is the costliest part to lay out), then reused."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None   # (rows rendered, console width)
+        self._segments: Segments | None = None
+
+    def segments(self, rows: Sequence[dict[str, Any]], console: Any) -> Segments | None:
+        if not rows:
+            return None
+        key = (len(rows), console.width)
+        if self._segments is None or self._key != key:
+            lines = console.render_lines(epoch_table(list(rows[-LIVE_EPOCH_ROWS:])), console.options, pad=False)
+            segments: list[Segment] = []
+            for line in lines:
+                segments += line
+                segments.append(Segment.line())
+            self._key, self._segments = key, Segments(segments)
+        return self._segments
+
+
+def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console: Any) -> Group:
+    parts: list[Any] = [Text(f"fasttrain  {model.header}", style="bold"), _progress(model, snap)]
+    parts += _figures(model, snap)
     parts += _split(snap)
     for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
         part.no_wrap, part.overflow = True, "crop"
     if snap:
-        verdict = vd.assess(snap, dash.plan, dash.report)
+        verdict = vd.assess(snap, model.plan, model.report)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))
-    cached = _epoch_segments(dash)
+    cached = epochs.segments(model.rows, console)
     if cached is not None:
         parts.append(cached)
     return Group(*parts)
 
 
-def _progress(dash: "Dashboard", snap: dict[str, Any]) -> Text:
-    done, total = progress_of(snap, dash.total_batches)
+def _progress(model: ScreenModel, snap: dict[str, Any]) -> Text:
+    done, total = progress_of(snap, model.total_batches)
     epoch = (snap.get("epoch") or 0) + 1 if snap else 1
-    line = Text(f"epoch {epoch}/{dash.epochs} ")
+    line = Text(f"epoch {epoch}/{model.epochs} ")
     line.append_text(bar(done / total if total else None, style="magenta"))
     line.append(f" {done}/{total} {done / total:.0%}" if total else f" {done}")
     line.append(f"  {fmt_number(snap.get('it_per_s'), 3)} it/s  {fmt_number(snap.get('images_per_s'), 4)} img/s"
-                f"  ETA {fmt_clock(eta_s(snap, dash.total_batches))}")
+                f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}")
     return line
 
 
@@ -69,7 +105,7 @@ def _cell(label: str, value: str, width: int = VALUE_WIDTH) -> Text:
     return Text.assemble((f"{label:<{LABEL_WIDTH}}", "dim"), f"{value:<{width}}")
 
 
-def _figures(dash: "Dashboard", snap: dict[str, Any]) -> list[Text]:
+def _figures(model: ScreenModel, snap: dict[str, Any]) -> list[Text]:
     """Training values on the left, device and host on the right; measured beside forecast below."""
     left = [_cell(label, fmt_number(snap.get(key))) for label, key in
             (("loss", "loss"), ("LR", "lr"), ("grad norm", "grad_norm"), ("AMP scale", "amp_scale"))]
@@ -100,7 +136,7 @@ def _figures(dash: "Dashboard", snap: dict[str, Any]) -> list[Text]:
         if i < len(right):
             line.append_text(right[i])
         lines.append(line)
-    rows = measured_vs_forecast(snap, dash.forecast)
+    rows = measured_vs_forecast(snap, model.forecast)
     if rows:
         lines.append(Text(f"{'':<18}{'measured':>12}{'forecast':>12}{'ratio':>8}", style="dim"))
         for key, m, f, ratio in rows:
@@ -132,22 +168,3 @@ def epoch_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         table.add_row(*(fmt_value(k, row.get(k)) for k in keys))
     return table
-
-
-def _epoch_segments(dash: "Dashboard") -> Segments | None:
-    """The epoch table rendered once per new row (it is the costliest part to lay out)."""
-    rows = dash._rows[-LIVE_EPOCH_ROWS:]
-    if not rows:
-        return None
-    key = (len(dash._rows), dash.console.width)
-    cache = dash._epoch_cache
-    if cache is None or cache[0] != key:
-        console = dash.console
-        lines = console.render_lines(epoch_table(rows), console.options, pad=False)
-        segments: list[Segment] = []
-        for line in lines:
-            segments += line
-            segments.append(Segment.line())
-        cache = (key, Segments(segments))
-        dash._epoch_cache = cache
-    return cache[1]

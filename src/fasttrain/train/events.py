@@ -1,0 +1,150 @@
+"""What the training loop and the run tell their listeners: the callback seam between training and display.
+
+The loop and the run never import a display. A listener (the command's dashboard, the run log through
+RunLogListener, a test's recorder) implements TrainListener and is handed in; `Listeners` fans one call
+out to several. Telemetry is not a listener: the loop records each step into it and reads its rolling
+snapshot back, which every StepEvent then carries. No torch here (imported by the commands).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import Plan
+
+if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
+    from fasttrain.train.checkpoint import CheckpointPolicy
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """The latest logged step: its own figures, its telemetry record and the rolling snapshot."""
+
+    fields: dict[str, Any]         # StepRecord fields: epoch, step, batch_index, loss, lr, *_s timings (seconds)
+    record: Any = None             # the telemetry.recorder.StepRecord made of them; None without telemetry
+    snapshot: dict[str, Any] | None = None   # telemetry's rolling figures (images_per_s, ...); {} without it
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The finished (or stopped) run: the whole summary (summary.json) and the part worth printing."""
+
+    summary: dict[str, Any]
+    highlights: dict[str, Any]
+
+
+@runtime_checkable
+class TrainListener(Protocol):
+    """Told, in this order: run start (with the plan and its notes), each logged step, each epoch's row,
+    messages at any time (level "info", "warning" or "error"), and once the run end."""
+
+    def on_run_start(self, plan: Plan, notes: list[str]) -> None: ...
+
+    def on_step(self, event: StepEvent) -> None: ...
+
+    def on_epoch_end(self, row: dict[str, Any]) -> None: ...
+
+    def on_message(self, text: str, level: str = "info") -> None: ...
+
+    def on_run_end(self, end: RunEnd) -> None: ...
+
+
+class Listeners:
+    """Several listeners as one; with none it is a silent listener."""
+
+    def __init__(self, listeners: Iterable[TrainListener | None] = ()):
+        self.listeners = [x for x in listeners if x is not None]
+
+    def on_run_start(self, plan: Plan, notes: list[str]) -> None:
+        for x in self.listeners:
+            x.on_run_start(plan, notes)
+
+    def on_step(self, event: StepEvent) -> None:
+        for x in self.listeners:
+            x.on_step(event)
+
+    def on_epoch_end(self, row: dict[str, Any]) -> None:
+        for x in self.listeners:
+            x.on_epoch_end(row)
+
+    def on_message(self, text: str, level: str = "info") -> None:
+        for x in self.listeners:
+            x.on_message(text, level)
+
+    def on_run_end(self, end: RunEnd) -> None:
+        for x in self.listeners:
+            x.on_run_end(end)
+
+
+class StepLog(Protocol):
+    """A metrics sink (runlog.RunLog): one row per logged step and per epoch."""
+
+    def log_step(self, record: dict[str, Any]) -> None: ...
+
+    def log_epoch(self, record: dict[str, Any]) -> None: ...
+
+
+class RunLogListener:
+    """Writes what the loop reports to a StepLog; at the run end also the summary (when the sink keeps one)."""
+
+    def __init__(self, log: StepLog):
+        self.log = log
+
+    def on_run_start(self, plan: Plan, notes: list[str]) -> None:
+        pass  # the run writes the resolved profile itself, before the loop starts
+
+    def on_step(self, event: StepEvent) -> None:
+        row = {k: v for k, v in event.fields.items() if k != "end_time"}  # perf_counter stamp: meaningless in a log
+        snapshot = event.snapshot or {}
+        for key in ("images_per_s", "it_per_s"):
+            if key in snapshot:
+                row[key] = snapshot[key]
+        self.log.log_step(row)
+
+    def on_epoch_end(self, row: dict[str, Any]) -> None:
+        self.log.log_epoch(row)
+
+    def on_message(self, text: str, level: str = "info") -> None:
+        pass  # metrics.jsonl holds figures; messages go to the display and the summary's notes
+
+    def on_run_end(self, end: RunEnd) -> None:
+        write_summary = getattr(self.log, "write_summary", None)
+        if write_summary is not None:
+            write_summary(end.summary)
+
+
+@dataclass
+class Collaborators:
+    """What the training loop reports to; every field may be None."""
+
+    telemetry: Any = None                   # telemetry.recorder.Telemetry: records steps, gives the snapshot
+    dashboard: TrainListener | None = None  # the command's display (already entered)
+    runlog: StepLog | None = None           # runlog.RunLog, told through RunLogListener
+    checkpoints: CheckpointPolicy | None = None
+    warn: Callable[[str], None] = lambda text: None
+    bad_files: Callable[[], list[str]] | None = None   # skipped unreadable files so far (DataBundle.bad_files)
+
+    def listeners(self) -> Listeners:
+        return Listeners([self.dashboard, RunLogListener(self.runlog) if self.runlog is not None else None])
+
+
+@dataclass(frozen=True)
+class RunDisplay:
+    """What a display of a run needs, known once the loaders exist (total_batches)."""
+
+    plan: Plan
+    total_batches: int             # loader batches over the whole run
+    epochs: int
+    stream: Any                    # text stream to draw on (stdout, stderr under --json, a sink off rank 0)
+    report: HardwareReport | None
+    telemetry: Any                 # telemetry.recorder.Telemetry or None
+    forecast: dict[str, Any] | None
+    quiet: bool                    # --quiet, or a rank other than 0: only errors and the summary
+    plain: bool                    # --json: plain lines (progress on stderr), never the live screen
+
+
+# The command layer's display for a run: a context manager (entered around training) yielding a listener.
+DisplayFactory = Callable[[RunDisplay], AbstractContextManager[TrainListener]]

@@ -1,0 +1,270 @@
+"""`fasttrain train` up to the plan: final arguments, profile, machine, data, model name, plan.
+
+gather: resolve the profile (flags > --set > env > file), probe the machine, open the data, pick the model.
+compute: make_plan() (pure, plan.py). Every bad input raises UserError here, before any training starts.
+--resume: the checkpoint's own arguments (model, data, profile, seed, ...) fill every flag not given again,
+so `fasttrain train --resume runs/NAME` alone continues the same run (resume.py finds the checkpoint).
+Data-parallel: the process given --nproc-per-node checks everything here, then launch.py starts the workers
+through torch.distributed.run; a worker (torchrun's environment) takes its world size from it.
+Imported lazily by commands/train.py, so torch is imported only when a training actually starts.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import Plan, make_plan
+from fasttrain.profiles import presets
+from fasttrain.profiles.presets import Resolved
+from fasttrain.train.batch_search import check_batch_option
+from fasttrain.train.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
+
+# Model used when --model is not given, by kind of data.
+DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    """The command line as given; final_args() makes the values a run trains with (a new TrainArgs)."""
+
+    profile: str | None = None
+    model: str | None = None
+    data: str = "shapes"
+    epochs: int | None = None
+    sets: list[str] = field(default_factory=list)
+    run_name: str | None = None
+    runs_dir: Path = Path("runs")
+    dry_run: bool = False
+    pretrained: bool = False
+    seed: int = 0
+    quiet: bool = False
+    json: bool = False
+    image_size: int | None = None
+    num_classes: int | None = None
+    save_every: int | None = None
+    strict_data: bool = False
+    resume: str | None = None            # a run folder, a checkpoint file, or "auto"
+    on_nan: str = "stop"                 # "stop" | "skip"
+    save_every_minutes: float | None = None
+    batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
+    launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
+    explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
+
+
+# TrainArgs fields a checkpoint keeps, so a resume without them repeats the original run.
+RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "seed", "image_size", "num_classes",
+                  "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size")
+
+
+@dataclass
+class Prepared:
+    args: TrainArgs
+    resolved: Resolved
+    report: HardwareReport
+    plan: Plan
+    bundle: Any
+    model_name: str
+    profile_ref: str
+    profile_reason: str
+    resume_path: Path | None = None
+    resume_payload: dict[str, Any] | None = None
+    world: WorkerWorld | None = None     # set in a torchrun worker
+
+    @property
+    def is_main(self) -> bool:
+        return self.world is None or self.world.is_main
+
+
+def probe() -> HardwareReport:
+    from fasttrain.hardware.probe import probe as hardware_probe
+    return hardware_probe()
+
+
+def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
+    if args.profile:
+        return args.profile, "--profile"
+    from fasttrain.profiles.recommend import best_preset
+    name = best_preset(report)
+    return name, "fits this machine (fasttrain.profiles.recommend.best_preset)"
+
+
+def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:
+    """Flags that set profile values, for presets.resolve; `--batch-size N` among them (auto is searched)."""
+    flags: dict[str, tuple[str, Any]] = {}
+    if world is not None:  # a torchrun worker: the job's shape is what the agent started
+        flags.update(world_flags(world.local_world_size, world.nodes, source="torchrun"))
+    elif args.launch is not None:
+        flags.update(world_flags(args.launch.nproc_per_node, args.launch.nnodes))
+    if args.epochs is not None:
+        flags["optim.epochs"] = ("--epochs", args.epochs)
+    if args.image_size is not None:
+        flags["loader.image_size"] = ("--image-size", args.image_size)
+    if args.batch_size is not None:
+        batch = check_batch_option(args.batch_size)
+        if batch is not None:
+            flags["loader.batch_size"] = ("--batch-size", batch)
+    return flags
+
+
+def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, Path | None, dict[str, Any] | None]:
+    """The arguments this run trains with -> (args, checkpoint to resume or None, its payload or None).
+    A resume takes every flag not given again from the checkpoint and trains in the checkpoint's folder; a
+    torchrun worker drops the launch flags (torchrun already launched it). Bad values raise UserError."""
+    resume_path, payload = None, None
+    if args.resume:
+        from fasttrain.train.resume import find_checkpoint, with_saved_args
+        resume_path, payload, skipped = find_checkpoint(args.resume, args.runs_dir, args.run_name)
+        args = replace(with_saved_args(args, payload, RESUMED_FIELDS),
+                       runs_dir=resume_path.parent.parent, run_name=resume_path.parent.name)
+        for bad in skipped:
+            print(f"fasttrain: note: skipped damaged checkpoint {bad}", file=sys.stderr)
+    _check_values(args)
+    if args.launch is not None:
+        _check_launch(args.launch, world)
+        if world is not None:  # `torchrun ... -m fasttrain train --nproc-per-node N`: torchrun already launched
+            args = replace(args, launch=None)
+    return args, resume_path, payload
+
+
+def _check_values(args: TrainArgs) -> None:
+    for flag, value in (("--epochs", args.epochs), ("--image-size", args.image_size),
+                        ("--num-classes", args.num_classes), ("--save-every", args.save_every)):
+        if value is not None and value < 1:
+            raise UserError([Problem(flag, "must be at least 1", value=value)])
+    if args.save_every_minutes is not None and args.save_every_minutes <= 0:
+        raise UserError([Problem("--save-every-minutes", "must be positive", value=args.save_every_minutes)])
+    from fasttrain.train.resilience import ON_NAN_MODES
+    if args.on_nan not in ON_NAN_MODES:
+        raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
+
+
+def prepare(given: TrainArgs) -> Prepared:
+    """Everything up to the plan; every bad input raises UserError before any training starts."""
+    world = worker_world()
+    args, resume_path, payload = final_args(given, world)
+    report = probe()
+    ref, reason = choose_profile(args, report)
+    resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
+    from fasttrain.datasets.build import build_datasets
+    bundle = build_datasets(args.data, image_size=resolved.profile.loader.image_size, augment=resolved.profile.augment,
+                            seed=args.seed, strict=args.strict_data, num_classes=args.num_classes)
+    if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
+        raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
+                                 "drop --num-classes for image folders", args.num_classes)])
+    model_name = args.model or _default_model(args.data, bundle.kind)
+    notes: list[str] = []
+    if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
+        resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
+        notes.append(auto_note)
+    profile = resolved.profile
+    plan = _make_plan(profile, report, bundle.train_size, notes)
+    _check_world(plan, profile, report, launched=world is not None or args.launch is not None)
+    if plan.iterations_per_epoch == 0:
+        raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
+                                 "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
+                                 plan.batch_size)])
+    if payload is not None:
+        from fasttrain.train.resume import check_resumable
+        check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
+    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+
+
+def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
+    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
+    plan = make_plan(profile, report, dataset_size=dataset_size)
+    return replace(plan, notes=[*plan.notes, *notes]) if notes else plan
+
+
+def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
+    check_spec(spec)
+    if world is not None and (spec.nproc_per_node, spec.nnodes) != (world.local_world_size, world.nodes):
+        raise UserError([Problem("--nproc-per-node", f"this process is a torchrun worker of a job of {world.nodes} "
+                                 f"node(s) x {world.local_world_size} processes, not {spec.nnodes} x "
+                                 f"{spec.nproc_per_node}", "drop the launch flags under torchrun",
+                                 spec.nproc_per_node)])
+
+
+def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: bool) -> None:
+    """A world the machine cannot serve stops here, before any process starts."""
+    per_node = profile.world.gpus_per_node
+    if plan.world_size > 1 and not launched:  # the effective batch and LR would assume devices that are not training
+        nodes = f" --nnodes {profile.world.nodes} --node-rank R --rdzv-endpoint HOST:PORT" \
+            if profile.world.nodes > 1 else ""
+        raise UserError([Problem("world", f"the profile asks for {plan.world_size} processes ({profile.world.nodes} "
+                                 f"node(s) x {per_node}), started by one command per machine",
+                                 f"add --nproc-per-node {per_node}{nodes} (or run under torchrun), or set "
+                                 "--set world.nodes=1 --set world.gpus_per_node=1", plan.world_size)])
+    if plan.device == "cuda" and per_node > report.torch.device_count:
+        raise UserError([Problem("--nproc-per-node", f"{per_node} processes per node, but torch sees "
+                                 f"{report.torch.device_count} GPU(s) here: DDP runs one process per GPU",
+                                 f"use --nproc-per-node {report.torch.device_count} or fewer", per_node)])
+    if plan.device == "cpu" and per_node > report.cores:
+        raise UserError([Problem("--nproc-per-node", f"{per_node} CPU processes on {report.cores} cores: each would "
+                                 "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
+
+
+def _auto_batch(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
+                num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str]:
+    """--batch-size auto: the search on this machine (cached), applied as flags -> (re-resolved profile, its
+    explanation). The search plans the profile as resolved without it; the final plan is made from the result."""
+    from fasttrain.train import batch_search
+    profile = resolved.profile
+    batch, accumulation, message = batch_search.resolve_auto_batch(
+        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
+        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
+    flags = {**flag_overrides(args, world), **batch_search.auto_flags(batch, accumulation)}
+    return presets.resolve(ref, sets=args.sets, flags=flags), message
+
+
+def _default_model(spec: str, kind: str) -> str:
+    if spec in DEFAULT_MODELS:
+        return DEFAULT_MODELS[spec]
+    if kind == "custom":
+        raise UserError([Problem("--model", "required with --data module:callable",
+                                 "name a timm/torchvision model or give module:callable for your own")])
+    return DEFAULT_MODELS["images"]
+
+
+def plan_view(prep: Prepared) -> dict[str, Any]:
+    """What --dry-run shows (and --json prints): the plan, where the profile came from, data and model."""
+    p = prep.plan
+    return {
+        "profile": prep.profile_ref, "profile_reason": prep.profile_reason, "sources": prep.resolved.chain,
+        "model": prep.model_name,
+        "data": {"spec": prep.args.data, "kind": prep.bundle.kind, "source": str(prep.bundle.source),
+                 "num_classes": prep.bundle.num_classes, "train_size": prep.bundle.train_size,
+                 "val_size": getattr(prep.bundle, "val_size", 0)},
+        "epochs": prep.resolved.profile.optim.epochs,
+        "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
+        "plan": p.to_dict(),
+        "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
+    }
+
+
+def plan_lines(view: dict[str, Any]) -> list[str]:
+    p = view["plan"]
+    d = view["data"]
+    lines = [
+        f"profile      {view['profile']} ({view['profile_reason']})",
+        f"device       {p['device']}: {p['device_reason']}",
+        f"precision    {p['precision']} (asked {p['precision_requested']}: {p['precision_reason']})",
+        f"compile      {'on, mode ' + p['compile_mode'] if p['compile'] else 'off'} ({p['compile_reason']})",
+        f"speed        channels_last={p['channels_last']} tf32={p['tf32']} cudnn_benchmark={p['cudnn_benchmark']} "
+        f"fused_optimizer={p['fused_optimizer']}",
+        f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x {p['world_size']} "
+        f"devices = effective batch {p['effective_batch']}",
+        f"LR           {view['optimizer']} {p['base_lr']:g} @ base batch -> scaled LR {p['scaled_lr']:.4g}, "
+        f"schedule {view['schedule']}",
+        f"workers      {p['workers']} (asked {p['workers_requested']}: {p['workers_reason']}), "
+        f"prefetch {p['prefetch_factor']}, pin_memory={p['pin_memory']}",
+        f"data         {d['spec']} ({d['kind']}): {d['train_size']} train / {d['val_size']} val, "
+        f"{d['num_classes']} classes, {p['image_size']} px",
+        f"iterations   {p['iterations_per_epoch']} per epoch x {view['epochs']} epochs",
+        f"model        {view['model']}",
+    ]
+    lines += [f"note         {n}" for n in view["notes"]]
+    return lines

@@ -1,0 +1,97 @@
+"""What a finished or stopped run reports: the summary (summary.json), its highlights, the resume command."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from fasttrain.train.prepare import Prepared
+
+def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
+    """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
+    command = f"fasttrain train --resume {shlex.quote(str(run_dir))}"
+    if nodes * per_node > 1:
+        command += f" --nproc-per-node {per_node}"
+        if nodes > 1:
+            command += f" --nnodes {nodes} --node-rank R --rdzv-endpoint HOST:PORT"
+    return command
+
+
+def interrupted_report(exc: Any, command: str, trainer: Any) -> dict[str, Any]:
+    """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it."""
+    if exc.checkpoint is not None:
+        saved = f"checkpoint {exc.checkpoint} written"
+    else:
+        saved = f"no checkpoint could be written now; the last good one is {trainer.last_good}" \
+            if trainer.last_good else "no checkpoint could be written"
+    where = f"epoch {exc.epoch + 1}, batch {exc.batch}" if exc.batch else f"the end of epoch {exc.epoch}"
+    text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} ({where}); {saved}."
+            f"\nfasttrain: resume with: {command}")
+    return {"interrupted": exc.signal_name, "exit_code": exc.exit_code, "stopped_at": {
+            "epoch": exc.epoch + 1, "batch": exc.batch, "step": exc.step},
+            "checkpoint_written": str(exc.checkpoint) if exc.checkpoint else None,
+            "resume_command": command, "stop_message": text}
+
+
+def fault_report(trainer: Any, prep: Prepared, bundle: Any) -> dict[str, Any]:
+    bad = bundle.bad_files() if hasattr(bundle, "bad_files") else []
+    return {"bad_files": len(bad), "bad_file_paths": bad[:20], "oom_backoffs": list(trainer.oom_events),
+            "micro_batch": trainer.engine.micro_batch(prep.plan.batch_size),
+            "accumulation_steps": trainer.accumulation * trainer.engine.splits,
+            "effective_batch": prep.plan.effective_batch, "nonfinite_steps": trainer.nonfinite_total,
+            "checkpoint_errors": list(trainer.checkpoint_errors),
+            "resumed_from": str(prep.resume_path) if prep.resume_path else None,
+            "last_good_checkpoint": str(trainer.last_good) if trainer.last_good else None}
+
+
+def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
+    """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
+    any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
+    try:
+        from fasttrain.estimate.gather import Request, forecast_for
+        req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
+                      dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
+                      image_size_flag=None, sets=[], gpu=None, loader=None)
+        fc, _ = forecast_for(prep.resolved.profile, req, prep.report)
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+    out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
+    if prep.plan.device == "cuda":
+        out["peak_memory_bytes"] = fc.memory.total
+    return {k: v for k, v in out.items() if v is not None} or None
+
+
+def run_summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, torch: Any) -> dict[str, Any]:
+    if result is None:  # stopped before fit() began
+        from fasttrain.train.outcome import FitResult
+        result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False)
+    last = result.history[-1] if result.history else {}
+    images = sum(r.get("train_images", 0) for r in result.history)
+    train_s = sum(r.get("train_s", 0.0) for r in result.history)
+    return {
+        "run_dir": str(run_dir), "profile": prep.profile_ref, "model": prep.model_name, "data": prep.args.data,
+        "device": prep.plan.device, "precision": prep.plan.precision, "world_size": prep.plan.world_size,
+        "epochs_run": result.epochs_run, "stopped_early": result.stopped_early,
+        "final_val_acc1": last.get("val_acc1"), "final_val_acc5": last.get("val_acc5"),
+        "final_val_loss": last.get("val_loss"), "final_train_loss": last.get("train_loss"),
+        "best_val_acc1": result.best_acc1, "best_epoch": result.best_epoch,
+        "train_images_per_s": images / train_s if train_s else None,
+        "wall_s": wall_s, "fit_s": result.wall_s,
+        "checkpoint_last": str(run_dir / "last.pt"),
+        "checkpoint_best": str(run_dir / "best.pt") if (run_dir / "best.pt").exists() else None,
+        "sanity_check": result.sanity, "notes": result.notes, "history": result.history,
+        "torch": torch.__version__, "seed": prep.args.seed,
+    }
+
+
+def highlights(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the dashboard prints at the end (the full summary is in summary.json)."""
+    keys = ("run_dir", "epochs_run", "final_val_acc1", "final_val_acc5", "best_val_acc1", "best_epoch",
+            "train_images_per_s", "wall_s", "checkpoint_last", "bad_files", "nonfinite_steps", "interrupted")
+    short = {k: summary[k] for k in keys if summary.get(k) is not None}
+    if summary.get("oom_backoffs"):
+        short["oom_backoffs"] = " ".join(f"{e['batch_from']}->{e['batch_to']}" for e in summary["oom_backoffs"])
+        short["micro_batch"] = summary["micro_batch"]
+    if summary.get("checkpoint_errors"):
+        short["checkpoint_errors"] = len(summary["checkpoint_errors"])
+    return short

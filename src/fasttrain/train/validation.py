@@ -1,0 +1,52 @@
+"""Validation: loss, acc@1 and (with 5 or more classes) acc@5 over a loader, with one sync at the end."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from fasttrain.train.step import StepEngine, unpack_batch
+
+
+@torch.no_grad()
+def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: Any = None,
+             max_batches: int | None = None) -> dict[str, Any]:
+    """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks."""
+    device = engine.device
+    engine.train_mode(False)
+    # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
+    # validation shards would not all reach.
+    run = engine.module if dist is not None else engine.runner
+    loss_sum = torch.zeros((), device=device)
+    top1 = torch.zeros((), device=device, dtype=torch.long)
+    top5 = torch.zeros((), device=device, dtype=torch.long)
+    count, classes, started = 0, None, time.perf_counter()
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        images, targets = engine.to_device(*unpack_batch(batch))
+        with engine.precision.autocast():
+            logits = run(images)
+        logits = logits.float()
+        classes = logits.shape[1]
+        loss_sum += torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+        k = min(5, classes)
+        hits = logits.topk(k, dim=1).indices.eq(targets[:, None])
+        top1 += hits[:, :1].sum()
+        top5 += hits.sum()
+        count += int(targets.shape[0])
+    if run is engine.runner:
+        engine.compiled_step_ok()
+    engine.train_mode(True)
+    loss, hits1, hits5 = float(loss_sum), int(top1), int(top5)
+    if dist is not None:
+        loss, h1, h5, n = dist.sums(loss, hits1, hits5, count)
+        hits1, hits5, count = int(h1), int(h5), int(n)
+        classes = dist.max(classes or 0) or None  # a rank with an empty shard saw no logits
+    if count == 0:
+        return {"val_loss": None, "val_acc1": None, "val_acc5": None, "val_images": 0, "val_s": 0.0}
+    return {"val_loss": loss / count, "val_acc1": hits1 / count,
+            "val_acc5": hits5 / count if classes is not None and classes >= 5 else None,
+            "val_images": count, "val_s": time.perf_counter() - started}

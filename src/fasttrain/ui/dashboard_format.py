@@ -1,0 +1,126 @@
+"""Plain-text formatting shared by the dashboard's modes and its live view (no Rich, no markup).
+
+Its own module so that dashboard.py (modes, throttling) and dashboard_view.py (the Rich layout) both
+depend on it and not on each other.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
+
+# Epoch rows kept on the live screen; the rest are in metrics.jsonl and the final summary.
+LIVE_EPOCH_ROWS = 8
+# Epoch-table columns, in order, with their labels. Rows may carry more keys (the loop adds every
+# telemetry_* total); those stay in metrics.jsonl so the table fits a terminal.
+EPOCH_COLUMNS = {
+    "epoch": "epoch", "train_loss": "train loss", "val_loss": "val loss", "val_acc1": "acc@1", "val_acc5": "acc@5",
+    "lr": "LR", "images_per_s": "img/s", "telemetry_images_per_s": "img/s", "data_wait_fraction": "data wait",
+    "telemetry_data_wait_fraction": "data wait", "telemetry_gpu_util_mean_pct": "GPU util", "time_s": "time",
+    "train_s": "train time", "val_s": "val time",
+}
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """Format by the unit the key names (see telemetry's key conventions)."""
+    if value is None:
+        return "-"
+    if isinstance(value, (str, bool)):
+        return str(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={fmt_value(k, v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    if key.endswith("_bytes"):
+        return fmt_bytes(value)
+    if key.endswith("_fraction") or "acc" in key:
+        return f"{value:.1%}" if value <= 1 else f"{value:.1f}%"
+    if key.endswith("_pct"):
+        return f"{value:.0f}%"
+    if key.endswith("_w"):
+        return f"{value:.0f} W"
+    if key.endswith("_s") and not key.endswith("per_s"):  # seconds: a clock reading from a minute up
+        return fmt_clock(value) if key == "time_s" or value >= 60 else f"{value:.3g} s"
+    return fmt_number(value)
+
+
+def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The known columns present in the rows, in EPOCH_COLUMNS order; every key when none is known."""
+    present = {k for row in rows for k, v in row.items() if v is not None}  # no all-empty columns
+    known = [k for k in EPOCH_COLUMNS if k in present]
+    if known:
+        return known
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    return keys
+
+
+def progress_of(snap: dict[str, Any] | None, total_batches: int) -> tuple[int, int]:
+    """(batches done, batches in the run) from the 0-based epoch and batch index of the latest record."""
+    if not snap or snap.get("batch_index") is None:
+        return 0, total_batches
+    per_epoch = snap.get("batches_in_epoch") or 0
+    done = (snap.get("epoch") or 0) * per_epoch + snap["batch_index"] + 1
+    return min(done, total_batches) if total_batches else done, total_batches
+
+
+def eta_s(snap: dict[str, Any] | None, total_batches: int) -> float | None:
+    """Training-step time left (validation not included): batches left x the rolling step time."""
+    if not snap or snap.get("step_time_s") is None:
+        return None
+    done, total = progress_of(snap, total_batches)
+    return max(0, total - done) * snap["step_time_s"]
+
+
+def measured_vs_forecast(snap: dict[str, Any], forecast: dict[str, Any] | None) -> list[tuple[str, Any, Any, float | None]]:
+    """(label key, measured, forecast, measured/forecast) for each figure the forecast has."""
+    if not forecast:
+        return []
+    measured = {
+        "images_per_s": snap.get("images_per_s"),
+        "step_time_s": snap.get("step_time_s"),
+        "peak_memory_bytes": snap.get("gpu_mem_peak_bytes"),
+    }
+    rows = []
+    for key, fc in forecast.items():
+        if key not in measured or not isinstance(fc, (int, float)):
+            continue
+        m = measured[key]
+        ratio = m / fc if m is not None and fc else None
+        rows.append((key, m, fc, ratio))
+    return rows
+
+
+def plain_line(snap: dict[str, Any], epochs: int, total_batches: int) -> str:
+    done, total = progress_of(snap, total_batches)
+    per_epoch = snap.get("batches_in_epoch") or 0
+    epoch = (snap.get("epoch") or 0) + 1
+    batch = (snap.get("batch_index") or 0) + 1
+    run = f" (run {done / total:.0%})" if total else ""
+    parts = [
+        f"epoch {epoch}/{epochs} batch {batch}/{per_epoch}{run}",
+        f"{fmt_number(snap.get('it_per_s'), 3)} it/s {fmt_number(snap.get('images_per_s'), 4)} img/s",
+        f"ETA {fmt_clock(eta_s(snap, total_batches))}",
+        f"loss {fmt_number(snap.get('loss'))} lr {fmt_number(snap.get('lr'), 3)}",
+    ]
+    if snap.get("grad_norm") is not None:
+        parts[-1] += f" grad {fmt_number(snap['grad_norm'], 3)}"
+    if snap.get("amp_scale") is not None:
+        parts[-1] += f" scale {fmt_number(snap['amp_scale'], 3)}"
+    if snap.get("data_wait_fraction") is not None:
+        parts.append(f"wait {snap['data_wait_fraction']:.0%} h2d {snap['h2d_fraction']:.0%} "
+                     f"compute {snap['compute_fraction']:.0%}")
+    if snap.get("gpu_mem_allocated_bytes") is not None:
+        gpu = (f"GPU {fmt_bytes(snap['gpu_mem_allocated_bytes'])} alloc "
+               f"{fmt_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd "
+               f"{fmt_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak")
+        if snap.get("gpu_util_pct") is not None:
+            gpu += f" {snap['gpu_util_pct']:.0f}%"
+        if snap.get("gpu_power_w") is not None:
+            gpu += f" {snap['gpu_power_w']:.0f} W"
+        parts.append(gpu)
+    if snap.get("host_ram_used_bytes") is not None:
+        parts.append(f"RAM {fmt_bytes(snap['host_ram_used_bytes'])} used "
+                     f"{fmt_bytes(snap.get('host_ram_available_bytes') or 0)} free")
+    return " | ".join(parts)
