@@ -32,7 +32,7 @@ CALIBRATION_CASES = [
 
 def cpu_plan(batch: int, image_size: int):
     from fasttrain.profiles import presets
-    from fasttrain.hardware import probe as hardware
+    from fasttrain.hardware import machine as hardware
     from fasttrain.plan import make_plan
     prof = presets.resolve("cpu", sets=[f"loader.batch_size={batch}", f"loader.image_size={image_size}"]).profile
     return make_plan(prof, hardware.probe()), prof

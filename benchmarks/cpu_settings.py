@@ -29,7 +29,7 @@ from fasttrain.models.registry import create_model
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.datasets.sampler import EpochSampler
-from fasttrain.hardware.probe import probe
+from fasttrain.hardware.machine import probe
 from fasttrain.train.loop import Trainer
 from fasttrain.train.step import window_length
 

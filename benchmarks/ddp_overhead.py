@@ -35,7 +35,7 @@ from fasttrain.train.launch import WorkerWorld  # noqa: E402
 from fasttrain.models.registry import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.profiles.presets import resolve  # noqa: E402
-from fasttrain.hardware.probe import probe  # noqa: E402
+from fasttrain.hardware.machine import probe  # noqa: E402
 from fasttrain.train.loop import Trainer  # noqa: E402
 
 TARGET = 0.95

@@ -18,8 +18,8 @@ PY = sys.executable
 COMMANDS = {
     "fasttrain doctor": [FASTTRAIN, "doctor"],
     "fasttrain doctor --json": [FASTTRAIN, "doctor", "--json"],
-    "probe with a torch child (GPU path)": [PY, "-c", "from fasttrain.hardware.probe import probe; probe(import_torch=True)"],
-    "import torch, then probe": [PY, "-c", "import torch; from fasttrain.hardware.probe import probe; probe(import_torch=True)"],
+    "probe with a torch child (GPU path)": [PY, "-c", "from fasttrain.hardware.machine import probe; probe(import_torch=True)"],
+    "import torch, then probe": [PY, "-c", "import torch; from fasttrain.hardware.machine import probe; probe(import_torch=True)"],
     SCALE: SCALE_CMD,
 }
 GATED = ("fasttrain doctor", "fasttrain doctor --json")

@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     from fasttrain.hardware.gpus import find_gpu
-    from fasttrain.hardware.probe import probe
+    from fasttrain.hardware.machine import probe
 
     started = time.perf_counter()
     name = torch.cuda.get_device_name(0)

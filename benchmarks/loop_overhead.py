@@ -32,7 +32,7 @@ from fasttrain.profiles.presets import resolve
 from fasttrain.train.runlog import RunLog
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.models.tiny import tiny_cnn
-from fasttrain.hardware.probe import probe
+from fasttrain.hardware.machine import probe
 from fasttrain.train.loop import Collaborators, Trainer
 
 

@@ -123,7 +123,7 @@ def test_data_dir_counts_images_and_measures_the_loader(cli, tmp_path) -> None:
 
 def test_default_profile_is_the_one_that_fits_this_machine(cli) -> None:
     from fasttrain.profiles import recommend
-    from fasttrain.hardware import probe as hardware
+    from fasttrain.hardware import machine as hardware
     d = _json(cli("estimate", *TINY, "--json"))
     assert d["profile"] == recommend.best_preset(hardware.probe())
 

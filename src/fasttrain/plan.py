@@ -92,7 +92,10 @@ def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int
     return workers, "; ".join(reasons) or "asked"
 
 
-def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None) -> Plan:
+def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None,
+              extra_notes: tuple[str, ...] = ()) -> Plan:
+    """The profile resolved against this machine. `extra_notes`: the caller's own reasons (an automatic batch's
+    explanation), shown after the plan's."""
     cuda = report.has_cuda
     if cuda:
         gpu = report.training_gpu()
@@ -130,7 +133,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         drop_last=profile.loader.drop_last, image_size=profile.loader.image_size,
         loader_ram_bytes=ar.loader_ram_bytes(workers, profile.loader.prefetch_factor, profile.batch_bytes,
                                              profile.world.gpus_per_node),
-        ram_budget_bytes=budget, notes=notes,
+        ram_budget_bytes=budget, notes=[*notes, *extra_notes],
     )
     if dataset_size is not None:
         plan.dataset_size = dataset_size

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
 def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
     """(HardwareReport, resolved Profile, profile ref) for this machine."""
     from fasttrain.profiles import presets
-    from fasttrain.hardware.probe import probe
+    from fasttrain.hardware.machine import probe
 
     if image_size is not None and image_size < 8:
         raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])

@@ -70,7 +70,7 @@ def doctor_cmd(
 ) -> None:
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
     from fasttrain.doctor import checks as doctor
-    from fasttrain.hardware import probe as hardware
+    from fasttrain.hardware import machine as hardware
     from fasttrain.profiles.recommend import recommend
 
     if report_from is not None and data is not None:

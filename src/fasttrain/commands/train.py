@@ -1,4 +1,4 @@
-"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/prepare.py and the run in
+"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/gather.py and the run in
 train/run.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
 is built here and handed to the run as its display (a TrainListener), so the training code never imports
 the UI."""
@@ -14,7 +14,7 @@ from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # the training modules are imported only when a command runs
     from fasttrain.train.events import RunDisplay
-    from fasttrain.train.prepare import Prepared
+    from fasttrain.train.gather import Prepared
     from fasttrain.ui.dashboard import Dashboard
 
 
@@ -76,7 +76,7 @@ def train_cmd(
                                      help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
-    from fasttrain.train import prepare as train_prep
+    from fasttrain.train import gather as train_prep
     from fasttrain.train import run as train_run
     from fasttrain.train.launch import LaunchSpec
     from fasttrain.core.console import console, print_json

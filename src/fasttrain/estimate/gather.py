@@ -84,7 +84,7 @@ def gpu_report(profile: Profile, spec: gpus.GpuSpec, vram_bytes: int) -> Hardwar
 
 
 def local_report() -> HardwareReport:
-    from fasttrain.hardware import probe as hardware
+    from fasttrain.hardware import machine as hardware
     return hardware.probe()
 
 

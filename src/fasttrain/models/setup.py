@@ -110,6 +110,10 @@ class CompileGuard:
         if self.compiled is not None:
             self._verified.add(self.eager.training)
 
+    def is_verified(self, training: bool) -> bool:
+        """A whole step in this mode (train or eval) has run compiled: an error now is the model's own."""
+        return training in self._verified
+
     def fall_back(self, exc: BaseException) -> None:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         self.fallback_reason = f"{type(exc).__name__}: {first}"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
-from fasttrain.train.prepare import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_view
+from fasttrain.train.gather import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_view
 from fasttrain.train.summary import (fault_report, forecast_for_run, highlights, interrupted_report,
                                      resume_command, run_summary)
 

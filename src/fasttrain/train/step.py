@@ -44,9 +44,6 @@ class StepEngine:
         self.mixup = mixup
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.splits = 1                              # micro-batches per loader batch (out-of-memory back-off)
-        # Training flags (train/eval) whose compiled graph has run a whole step: an error there after that is
-        # the model's own, not a compiler failure to fall back from.
-        self._compiled_ok: set[bool] = set()
 
     # -- input -------------------------------------------------------------------------------------
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,15 +106,13 @@ class StepEngine:
         error in this mode is the model's own, raised, not a compiler failure to fall back from."""
         if isinstance(self.runner, CompileGuard):
             self.runner.verified()
-            if self.runner.active:
-                self._compiled_ok.add(self.module.training)
 
     def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float, sync: bool = True) -> torch.Tensor:
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
             loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
-            if guard is None or not guard.active or self.module.training in self._compiled_ok \
+            if guard is None or not guard.active or guard.is_verified(self.module.training) \
                     or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly

@@ -5,7 +5,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.prepare import Prepared
+from fasttrain.train.gather import Prepared
 
 def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
     """The command that continues this run; a data-parallel run needs its processes again (same world size)."""

@@ -80,7 +80,7 @@ class Prepared:
 
 
 def probe() -> HardwareReport:
-    from fasttrain.hardware.probe import probe as hardware_probe
+    from fasttrain.hardware.machine import probe as hardware_probe
     return hardware_probe()
 
 
@@ -175,8 +175,7 @@ def prepare(given: TrainArgs) -> Prepared:
 
 def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
     """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
-    plan = make_plan(profile, report, dataset_size=dataset_size)
-    return replace(plan, notes=[*plan.notes, *notes]) if notes else plan
+    return make_plan(profile, report, dataset_size=dataset_size, extra_notes=tuple(notes))
 
 
 def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:

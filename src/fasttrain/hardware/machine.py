@@ -252,7 +252,7 @@ def probe(data_dir: Path | None = None, disk_paths: list[Path] | None = None,
 def record(path: Path, data_dir: Path | None = None) -> HardwareReport:
     """Probe this machine and write the bare report as a fixture file (tests/fixtures/reports/<name>.json).
 
-    `python -m fasttrain.hardware.probe FILE.json` does the same; so does `fasttrain doctor --json > FILE.json`
+    `python -m fasttrain.hardware.machine FILE.json` does the same; so does `fasttrain doctor --json > FILE.json`
     (doctor --report-from and the tests read both forms).
     """
     import json
@@ -263,5 +263,5 @@ def record(path: Path, data_dir: Path | None = None) -> HardwareReport:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m fasttrain.hardware.probe FILE.json   (records this machine's HardwareReport)")
+        sys.exit("usage: python -m fasttrain.hardware.machine FILE.json   (records this machine's HardwareReport)")
     print(f"recorded {record(Path(sys.argv[1])).model_dump()['hostname']} -> {sys.argv[1]}")
