@@ -1,0 +1,200 @@
+"""The package's shape: folders by concern, layers that import only downward, no cycles, small files.
+
+docs/architecture.md describes the layers; this test keeps that description true. Imports inside
+functions count: a lazy import is still a dependency.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "fasttrain"
+
+# Lowest first. A module may import its own folder and any folder earlier in this list, nothing later.
+LAYERS = ["core", "hardware", "profiles", "plan", "models", "datasets", "telemetry",
+          "estimate", "doctor", "train", "bench", "ui", "commands", "cli"]
+TOP_LEVEL_ALIASES = {"__main__": "cli", "__init__": "core"}
+MAX_LINES = 400
+MAX_TOP_LEVEL_ENTRIES = 20
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(["fasttrain", *parts])] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The fasttrain module a dotted import name lands in (a name inside a module -> that module)."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name) if name.startswith("fasttrain") else None
+            if target and target != module:
+                found.add(target)
+    # `from fasttrain.x import y` also names the package fasttrain.x; keep only the most specific target.
+    return {t for t in found if not any(o.startswith(t + ".") for o in found) or t in _direct_targets(tree)}
+
+
+def _direct_targets(tree: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "core"
+    head = parts[1]
+    return TOP_LEVEL_ALIASES.get(head, head)
+
+
+def test_every_folder_has_a_layer():
+    unknown = sorted({_layer(m) for m in MODULES} - set(LAYERS))
+    assert not unknown, f"folders with no place in LAYERS: {unknown}"
+
+
+def test_layers_import_only_downward():
+    bad = []
+    for module, targets in GRAPH.items():
+        mine = LAYERS.index(_layer(module))
+        for target in targets:
+            theirs = LAYERS.index(_layer(target))
+            if theirs > mine:
+                bad.append(f"{module} -> {target}")
+    assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    # Package faces (__init__) load their members lazily, so an edge into a package is not followed into it.
+    graph = {m: {t for t in ts if MODULES[t].name != "__init__.py"} for m, ts in GRAPH.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("path", sorted(MODULES.values()), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_is_small(path: Path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
+
+
+MAX_FUNCTION_BODY_LINES = 80
+
+
+def test_functions_are_short():
+    """No function body over 80 lines (the signature does not count, so Typer option lists are free)."""
+    long = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body[1:] if ast.get_docstring(node) and len(node.body) > 1 else node.body
+                lines = node.end_lineno - body[0].lineno + 1
+                if lines > MAX_FUNCTION_BODY_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
+
+
+def test_top_level_is_short():
+    entries = [p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, sorted(entries)
+
+
+def test_every_subpackage_has_a_public_face():
+    for folder in PACKAGE.iterdir():
+        if folder.is_dir() and any(folder.glob("*.py")):
+            init = folder / "__init__.py"
+            assert init.exists(), f"{folder.name}/ has no __init__.py"
+            assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{folder.name}/__init__.py says nothing"
+
+
+STANDALONE = re.compile(r"\.\./shared|shared/seeds|shared/DESIGN|shared/reference")
+
+
+def test_nothing_refers_to_the_steering_folder():
+    hits = []
+    for top in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", "docs", "src", "tests", "benchmarks", "profiles"):
+        base = ROOT / top
+        paths = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
+        for path in paths:
+            if path.suffix in {".pyc", ".pt"} or path == Path(__file__).resolve() or "egg-info" in str(path):
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if STANDALONE.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{n}")
+    assert not hits, "references to a folder users do not have:\n" + "\n".join(hits)
+
+
+def test_root_profiles_lists_the_presets():
+    names = sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml"))
+    assert names == ["aws-a10g", "cpu", "gcp-v100", "kaggle-t4", "laptop-4060"]
+
+
+FACES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "commands")
+
+
+def test_faces_import_without_torch_and_every_name_resolves():
+    """Importing a face costs nothing heavy; every name it lists is really there."""
+    import subprocess
+    import sys
+    code = ("import importlib, sys\n"
+            f"faces = [importlib.import_module('fasttrain.' + p) for p in {FACES!r}]\n"
+            "heavy = sorted(m for m in ('torch', 'timm', 'torchvision') if m in sys.modules)\n"
+            "assert not heavy, heavy\n"
+            "missing = [f'{f.__name__}.{n}' for f in faces for n in f.__all__ if getattr(f, n, None) is None]\n"
+            "assert not missing, missing\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
