@@ -161,7 +161,7 @@ def test_every_subpackage_has_a_public_face():
             assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{folder.name}/__init__.py says nothing"
 
 
-STANDALONE = re.compile(r"\.\./shared|shared/seeds|shared/DESIGN|shared/reference")
+STANDALONE = re.compile(r"\.\./shared|shared/(?:seeds|DESIGN|reference)")  # written so this line does not match itself
 
 
 def test_nothing_refers_to_the_steering_folder():
@@ -170,7 +170,7 @@ def test_nothing_refers_to_the_steering_folder():
         base = ROOT / top
         paths = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
         for path in paths:
-            if path.suffix in {".pyc", ".pt"} or path == Path(__file__).resolve() or "egg-info" in str(path):
+            if path.suffix in {".pyc", ".pt"} or "egg-info" in str(path):
                 continue
             for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
                 if STANDALONE.search(line):
