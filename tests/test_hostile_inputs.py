@@ -1,0 +1,211 @@
+"""Hostile command-line input: every case is exit 2 with a one-line reason, never a traceback (docs/reliability.md).
+
+Real user modules are written to tmp_path and put on sys.path; real tiny models; real files for the cache and
+for `bench compare`. The CLI runs in-process through fasttrain.cli.main (the `cli` fixture).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fasttrain.core.errors import UserError
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """write(source) -> a fresh importable module name holding `source`."""
+    made: list[str] = []
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(source: str) -> str:
+        name = f"hostile_mod_{next(_names)}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        made.append(name)
+        return name
+
+    yield write
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def _one_error_line(result, *needles: str) -> str:  # noqa: ANN001 - CliResult
+    assert result.code == 2, (result.code, result.out, result.err)
+    assert "Traceback" not in result.err + result.out
+    lines = [ln for ln in result.err.splitlines() if ln.startswith("fasttrain: error:")]
+    assert len(lines) == 1, result.err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# -- 1. a module that fails on import ---------------------------------------------------------------------------
+IMPORT_FAILURES = {
+    "RuntimeError": ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    "ZeroDivisionError": ("x = 1 / 0\n", "ZeroDivisionError: division by zero"),
+    "SyntaxError": ("def (:\n", "SyntaxError"),
+    "sys.exit(3)": ("import sys\nsys.exit(3)\n", "SystemExit(3)"),
+}
+
+
+@pytest.mark.parametrize("flag", ["--data", "--model"])
+@pytest.mark.parametrize("case", list(IMPORT_FAILURES))
+def test_module_that_fails_on_import_is_exit_2(cli, user_module, flag: str, case: str) -> None:
+    source, shown = IMPORT_FAILURES[case]
+    mod = user_module(source)
+    args = ["--data", f"{mod}:build", "--model", "tiny_cnn"] if flag == "--data" else \
+        ["--data", "synthetic", "--model", f"{mod}:build"]
+    line = _one_error_line(cli("train", "--dry-run", *args), flag, repr(mod), shown)
+    assert line.startswith(f"fasttrain: error: {flag}: importing module")
+
+
+def test_estimate_with_a_model_module_that_exits(cli, user_module) -> None:
+    mod = user_module("import sys\nsys.exit(3)\n")
+    _one_error_line(cli("estimate", "--model", f"{mod}:build", "--profile", "kaggle-t4", "--dataset-size", "100"),
+                    "SystemExit(3)")
+
+
+# -- 2. a model builder that raises or returns something else -----------------------------------------------------
+MODELS = """
+import torch
+
+def as_str(num_classes=10):
+    return "resnet18"
+
+def as_none(num_classes=10):
+    return None
+
+def as_module_class(num_classes=10):
+    return torch.nn.Linear  # the class, not an instance
+
+def raises(num_classes=10):
+    raise ValueError("bad width")
+
+def needs_args(depth, num_classes=10):
+    return torch.nn.Linear(3, num_classes)
+
+def no_args():
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(10))
+
+def kwargs(**kw):
+    assert kw["num_classes"] == 10
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(kw["num_classes"]))
+"""
+
+
+@pytest.mark.parametrize("builder,shown", [("as_str", "returned str, not a torch.nn.Module"),
+                                           ("as_none", "returned None, not a torch.nn.Module"),
+                                           ("as_module_class", "returned type, not a torch.nn.Module"),
+                                           ("raises", "raised ValueError: bad width"),
+                                           ("needs_args", "raised TypeError")])
+def test_model_builder_that_does_not_build_a_module_is_exit_2(cli, user_module, builder: str, shown: str) -> None:
+    mod = user_module(MODELS)
+    line = _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", f"{mod}:{builder}",
+                               "--num-classes", "10"), "--model", shown)
+    assert "'str' object has no attribute" not in line
+
+
+def test_model_builders_get_the_keywords_they_take(user_module) -> None:
+    from fasttrain.models.registry import create_model
+    mod = user_module(MODELS)
+    assert create_model(f"{mod}:no_args", num_classes=10) is not None
+    assert create_model(f"{mod}:kwargs", num_classes=10) is not None
+
+
+# -- 3. --data items that are not (tensor, class index) pairs ------------------------------------------------------
+DATA = """
+import numpy as np
+import torch
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, item):
+        self.item = item
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        if isinstance(self.item, Exception):
+            raise self.item
+        return self.item
+
+def make(item):
+    return lambda: (Items(item), Items(item), 3)
+
+ints = make((1, 2))
+scalar_input = make((torch.tensor(1.0), 1))
+string_input = make(("an image", 1))
+rank5 = make((torch.zeros(1, 1, 1, 2, 2), 1))
+empty_input = make((torch.zeros(0, 3), 1))
+string_label = make((torch.zeros(3), "cat"))
+float_label = make((torch.zeros(3), 0.5))
+negative_label = make((torch.zeros(3), -1))
+matrix_label = make((torch.zeros(3), torch.zeros(2, 2)))
+triple = make((torch.zeros(3), 1, "extra"))
+just_tensor = make(torch.zeros(3))
+raises = make(KeyError("no item 0"))
+
+def rank_mismatch():
+    return Items((torch.zeros(3), 1)), Items((torch.zeros(1, 3), 1)), 3
+
+good = make((torch.zeros(5, 3), 1))
+numpy_items = make((np.zeros((3, 4, 4), dtype=np.float32), np.int64(2)))
+soft_labels = make((torch.zeros(3), torch.tensor([0.2, 0.8, 0.0])))
+"""
+
+BAD_DATA = {
+    "ints": "input is a int, not a tensor",
+    "scalar_input": "shape () (rank 0)",
+    "string_input": "input is a str, not a tensor",
+    "rank5": "rank 5",
+    "empty_input": "no values",
+    "string_label": "label is a str, not a class index",
+    "float_label": "label is a float, not a class index",
+    "negative_label": "label is negative",
+    "matrix_label": "label is a float32 tensor of shape (2, 2)",
+    "triple": "is a 3-tuple, not an (input, label) pair",
+    "just_tensor": "is a Tensor, not an (input, label) pair",
+    "raises": "train dataset[0] raised KeyError",
+    "rank_mismatch": "val dataset[0] input has rank 2, the train set's has rank 1",
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_DATA))
+def test_data_items_of_the_wrong_kind_are_exit_2_when_the_data_is_built(cli, user_module, name: str) -> None:
+    mod = user_module(DATA)
+    _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:{name}", "--model", "tiny_cnn",
+                        "--set", "loader.batch_size=2"), "--data", BAD_DATA[name])
+
+
+@pytest.mark.parametrize("name,rank", [("good", 2), ("numpy_items", 3), ("soft_labels", 1)])
+def test_check_sample_accepts_usable_items(user_module, name: str, rank: int) -> None:
+    import importlib
+
+    from fasttrain.datasets.custom import check_sample
+    mod = importlib.import_module(user_module(DATA))
+    train, _val, _n = getattr(mod, name)()
+    assert check_sample(train, f"{mod.__name__}:{name}") == rank
+
+
+# -- 4. did-you-mean never suggests the name that was given ----------------------------------------------------------
+def test_not_callable_attribute_says_so_without_suggesting_itself(cli, user_module) -> None:
+    mod = user_module("NOT_CALLABLE = 5\ndef build():\n    return None\n")
+    line = _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:NOT_CALLABLE", "--model", "tiny_cnn"),
+                           f"{mod}.NOT_CALLABLE is not callable (type int)")
+    assert "did you mean" not in line
+    line = _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:buildd", "--model", "tiny_cnn"),
+                           "did you mean 'build'?")
+    assert "NOT_CALLABLE" not in line
+
+
+@pytest.mark.parametrize("spec,shown", [("a:b:c", "'b:c' is not a Python name"), (":", "expected module:callable"),
+                                        ("mod:", "expected module:callable"), (":fn", "expected module:callable"),
+                                        (".rel:fn", "is not a module name"), ("a b:fn", "is not a module name"),
+                                        ("a\x00b:fn", "control characters")])
+def test_malformed_module_specs_are_exit_2(cli, spec: str, shown: str) -> None:
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", spec), "--model", shown)
