@@ -209,3 +209,69 @@ def test_not_callable_attribute_says_so_without_suggesting_itself(cli, user_modu
                                         ("a\x00b:fn", "control characters")])
 def test_malformed_module_specs_are_exit_2(cli, spec: str, shown: str) -> None:
     _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", spec), "--model", shown)
+
+
+# -- 5. empty names ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value,shown", [("", "empty"), ("   ", "blank"), ("\t", "blank"),
+                                         ("res\x00net", "control characters")])
+def test_empty_or_blank_model_and_gpu_are_exit_2(cli, value: str, shown: str) -> None:
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", value), "--model", shown)
+    _one_error_line(cli("estimate", "--model", value, "--dataset-size", "100"), "--model", shown)
+    _one_error_line(cli("estimate", "--model", "tiny_cnn", "--gpu", value, "--dataset-size", "100"), "--gpu", shown)
+
+
+# -- 9 and 10. the seed and minutes options train should use -----------------------------------------------------
+def _option_app():
+    import typer
+
+    from fasttrain.commands import options
+
+    app = typer.Typer()
+
+    @app.command()
+    def run(seed: int = options.seed_option(), minutes: float = options.save_every_minutes_option()) -> None:
+        print(f"seed={seed} minutes={minutes}")
+
+    return app
+
+
+def _run_options(*args: str) -> tuple[int, str]:
+    """Through the same error handling as fasttrain.cli.main: UserError -> its one line and exit 2."""
+    app = _option_app()
+    try:
+        app(args=list(args), standalone_mode=False)
+    except UserError as exc:
+        return 2, exc.lines()[0]
+    return 0, ""
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), str(2**70), str(-(2**70))])
+def test_seed_option_refuses_what_the_rngs_refuse(seed: str) -> None:
+    code, line = _run_options("--seed", seed)
+    assert code == 2 and line.startswith("--seed: must be a whole number from 0 to 4,294,967,295")
+
+
+def test_seed_option_accepts_every_seed_the_rngs_take() -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    from fasttrain.commands.options import MAX_SEED, check_seed
+    for seed in (0, 1, MAX_SEED):
+        assert _run_options("--seed", str(seed))[0] == 0
+        assert check_seed(seed) == seed
+        random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)  # none of them refuses it
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-inf", "-1", "0", "-0.0"])
+def test_minutes_option_refuses_non_finite_and_non_positive(minutes: str) -> None:
+    code, line = _run_options("--save-every-minutes", minutes)
+    assert code == 2 and line.startswith("--save-every-minutes: must be a positive, finite number of minutes")
+
+
+def test_minutes_option_accepts_positive_minutes() -> None:
+    from fasttrain.commands.options import check_minutes
+    assert _run_options("--save-every-minutes", "0.5")[0] == 0
+    assert check_minutes(30) == 30.0 and check_minutes(None) is None
+    assert all(isinstance(check_minutes(v), float) for v in (1, 1e6)) and not math.isnan(check_minutes(1.0))
