@@ -220,6 +220,53 @@ def test_empty_or_blank_model_and_gpu_are_exit_2(cli, value: str, shown: str) ->
     _one_error_line(cli("estimate", "--model", "tiny_cnn", "--gpu", value, "--dataset-size", "100"), "--gpu", shown)
 
 
+# -- 6. image sizes the model cannot take -------------------------------------------------------------------------
+@pytest.mark.parametrize("size,shown", [("0", "must be a positive number of pixels"),
+                                        ("-3", "must be a positive number of pixels"),
+                                        ("100000", "larger than 8192 px"),
+                                        ("1", "model 'tiny_cnn' cannot take 1 px images")])
+def test_estimate_refuses_image_sizes_the_model_cannot_take(cli, size: str, shown: str) -> None:
+    line = _one_error_line(cli("estimate", "--model", "tiny_cnn", "--image-size", size, "--profile", "kaggle-t4",
+                               "--dataset-size", "100"), "--image-size", shown)
+    if size == "1":
+        assert "takes e.g. 32" in line
+
+
+def test_vit_is_built_for_the_asked_size_or_refused_with_the_sizes_it_takes(cli) -> None:
+    r = cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "32", "--profile", "kaggle-t4",
+            "--dataset-size", "100", "--json")
+    assert r.code == 0, r.err
+    r64 = cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "64", "--profile", "kaggle-t4",
+              "--dataset-size", "100", "--json")
+    assert r64.code == 0, r64.err
+    flops = lambda r: json.loads(r.out)["forecast"]["model"]  # noqa: E731
+    assert flops(r) != flops(r64)  # priced at the asked size, not at 224
+    _one_error_line(cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "8", "--profile",
+                        "kaggle-t4", "--dataset-size", "100"), "cannot take 8 px images", "built for 224 px",
+                    "takes e.g. 32, 64")
+
+
+def test_check_model_input_and_create_model_at_a_size() -> None:
+    import torch
+
+    from fasttrain.models.registry import check_model_input, create_model
+    check_model_input("vit_tiny_patch16_224", 64, num_classes=5)
+    check_model_input("tiny_cnn", 32, num_classes=5)
+    model = create_model("vit_tiny_patch16_224", num_classes=5, image_size=32)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 5)  # a real forward at 32 px
+    for size in (0, -1, 1, 100_000):
+        with pytest.raises(UserError, match="--image-size"):
+            check_model_input("tiny_cnn", size, num_classes=5)
+
+
+def test_plan_check_image_size_is_pure() -> None:
+    from fasttrain.plan import MAX_IMAGE_SIZE, check_image_size
+    assert check_image_size(224) == 224 and check_image_size(MAX_IMAGE_SIZE) == MAX_IMAGE_SIZE
+    for bad in (0, -1, MAX_IMAGE_SIZE + 1, 2**70, 1.5, "224", True, None):
+        with pytest.raises(UserError):
+            check_image_size(bad)
+
+
 # -- 9 and 10. the seed and minutes options train should use -----------------------------------------------------
 def _option_app():
     import typer
