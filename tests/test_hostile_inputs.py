@@ -267,6 +267,38 @@ def test_plan_check_image_size_is_pure() -> None:
             check_image_size(bad)
 
 
+# -- 7. a cache directory that cannot be used ---------------------------------------------------------------------
+def test_cache_that_is_a_file_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    afile = tmp_path / "cache-file"
+    afile.write_text("not a directory")
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(afile))
+    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "is a file, not a directory",
+                    "set FASTTRAIN_CACHE to a writable directory")
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(afile / "below"))  # a directory that cannot be created
+    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "cannot create or write",
+                    str(afile / "below"))
+    monkeypatch.setenv("FASTTRAIN_CACHE", "   ")
+    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "blank")
+
+
+def test_home_that_cannot_hold_the_cache_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    monkeypatch.delenv("FASTTRAIN_CACHE")
+    monkeypatch.setenv("HOME", str(home))
+    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "cannot create or write the cache directory",
+                    str(home / ".cache" / "fasttrain"), "set FASTTRAIN_CACHE")
+
+
+def test_writable_cache_dir(tmp_path: Path) -> None:
+    from fasttrain.datasets.shapes import writable_cache_dir
+    assert writable_cache_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the write probe is gone
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UserError, match="is a file"):
+        writable_cache_dir(tmp_path / "f")
+
+
 # -- 9 and 10. the seed and minutes options train should use -----------------------------------------------------
 def _option_app():
     import typer
