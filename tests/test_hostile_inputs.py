@@ -299,6 +299,69 @@ def test_writable_cache_dir(tmp_path: Path) -> None:
         writable_cache_dir(tmp_path / "f")
 
 
+# -- 8. bench compare of files that are not bench results ---------------------------------------------------------
+GOOD = {"schema": 1, "kind": "speedups", "machine": {"hostname": "h", "gpus": []},
+        "rows": [{"setting": "baseline", "images_per_s": 10.0, "speedup": 1.0, "status": "measured"}]}
+NOT_RESULTS = {
+    "null": ("null", "holds a JSON null"),
+    "list": ("[1, 2]", "holds a JSON array"),
+    "number": ("42", "holds a JSON number"),
+    "string": ('"speedups"', "holds a JSON string"),
+    "no_kind": ("{}", "no 'kind' key"),
+    "bad_kind": ('{"kind": "weights"}', "'kind' is 'weights'"),
+    "no_setting": (json.dumps({**GOOD, "rows": [{"images_per_s": 1.0, "status": "measured"}]}),
+                   "rows[0] has no 'setting'"),
+    "no_status": (json.dumps({**GOOD, "rows": [{"setting": "x"}]}), "has no 'status'"),
+    "rows_not_list": (json.dumps({**GOOD, "rows": {"a": 1}}), "'rows' is not a list of objects"),
+    "rate_text": (json.dumps({**GOOD, "rows": [{"setting": "x", "status": "m", "images_per_s": "fast"}]}),
+                  "'rows[0].images_per_s' is a JSON string, not a number"),
+    "loader_missing": (json.dumps({"kind": "loader", "points": [{"workers": 1}]}), "points[0] has no 'prefetch'"),
+    "machine_list": (json.dumps({**GOOD, "machine": []}), "'machine' is a JSON array"),
+    "gpus_number": (json.dumps({**GOOD, "machine": {"gpus": 3}}), "'machine.gpus' is not a list"),
+    "batch_search_text": (json.dumps({"kind": "batch", "search": "x"}), "'search' is a JSON string"),
+    "truncated": ('{"kind": "speedups", "rows": [', "not JSON"),
+    "deep": ("[" * 100_000 + "]" * 100_000, "not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_RESULTS))
+def test_bench_compare_of_a_file_that_is_not_a_result_is_exit_2(cli, tmp_path: Path, case: str) -> None:
+    from fasttrain.bench.results import write_result
+    write_result(tmp_path / "good", GOOD)
+    text, shown = NOT_RESULTS[case]
+    bad = tmp_path / f"{case}.json"
+    bad.write_text(text)
+    line = _one_error_line(cli("bench", "compare", str(tmp_path / "good"), str(bad)), "B ", shown)
+    assert len(line) < 400
+
+
+def test_bench_compare_reports_each_bad_file(cli, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 4)
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as fh:  # sparse: 64 MiB without writing them
+        fh.truncate(64 * 2**20)
+    empty_dir = tmp_path / "run"
+    empty_dir.mkdir()
+    for a, b, shown_a, shown_b in ((junk, huge, "not text (binary data)", "too large for a bench result"),
+                                   (empty_dir, tmp_path / "missing", "directory without a result.json",
+                                    "no such file")):
+        r = cli("bench", "compare", str(a), str(b))
+        assert r.code == 2 and "Traceback" not in r.err
+        lines = [ln for ln in r.err.splitlines() if ln.startswith("fasttrain: error:")]
+        assert len(lines) == 2, r.err
+        assert lines[0].startswith("fasttrain: error: A ") and shown_a in lines[0], lines
+        assert lines[1].startswith("fasttrain: error: B ") and shown_b in lines[1], lines
+
+
+def test_bench_compare_of_two_good_results_still_works(cli, tmp_path: Path) -> None:
+    from fasttrain.bench.results import write_result
+    write_result(tmp_path / "a", GOOD)
+    write_result(tmp_path / "b", {**GOOD, "rows": [{**GOOD["rows"][0], "images_per_s": 20.0}]})
+    r = cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.code == 0 and "2.00x" in r.out, r.err
+
+
 # -- 9 and 10. the seed and minutes options train should use -----------------------------------------------------
 def _option_app():
     import typer
