@@ -417,3 +417,24 @@ def test_minutes_option_accepts_positive_minutes() -> None:
     assert _run_options("--save-every-minutes", "0.5")[0] == 0
     assert check_minutes(30) == 30.0 and check_minutes(None) is None
     assert all(isinstance(check_minutes(v), float) for v in (1, 1e6)) and not math.isnan(check_minutes(1.0))
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), str(2**70)])
+def test_train_refuses_seeds_the_rngs_refuse_when_the_data_is_built(cli, tmp_path: Path, seed: str) -> None:
+    from image_tree import write_tree
+    folder = write_tree(tmp_path / "imgs", {"cat": 4, "dog": 4})
+    for data in (str(folder), "synthetic"):
+        _one_error_line(cli("train", "--dry-run", "--data", data, "--seed", seed), "--seed: must be a whole number")
+
+
+# -- numbers past any real run: refused, not priced or crashed on --------------------------------------------------
+def test_huge_counts_are_exit_2(cli) -> None:
+    base = ("estimate", "--model", "tiny_cnn", "--profile", "kaggle-t4")
+    _one_error_line(cli(*base, "--num-classes", str(2**70)), "--num-classes: must be a whole number from 1")
+    _one_error_line(cli(*base, "--dataset-size", str(2**70)), "--dataset-size: more than")
+    _one_error_line(cli(*base, "--epochs", str(2**40)), "--epochs: must be a whole number from 1")
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--num-classes", str(2**70)),
+                    "--num-classes: must be a whole number from 1")
+    _one_error_line(cli("train", "--dry-run", "--data", "  "), "--data: blank data spec")
+    _one_error_line(cli("train", "--dry-run", "--data", "a\x00b"), "--data: the data spec contains a NUL byte")
+    _one_error_line(cli(*base, "--gpu", "T" * 5000), "--gpu: 5,000 characters long")

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.datasets.sampler import MAX_SEED  # noqa: F401 - re-exported for the commands
 
 PROFILE_HELP = "Preset name or profile YAML; default: the preset that fits this machine."
 JSON_HELP = "Machine-readable output with stable keys."
@@ -49,13 +50,19 @@ def _model_callback(value: str | None) -> str | None:
     return value
 
 
+MAX_NAME_CHARS = 256  # model and GPU names, module:callable specs: longer is a paste accident
+
 # -- validation shared by the commands: each raises UserError (exit 2) with one line ----------------------------
 def check_name(value: str, flag: str, fix: str) -> str:
     """A name given on the command line: not empty, not blank, no control characters (NUL, newline...)."""
     if not value.strip():
         raise UserError([Problem(flag, "empty" if not value else "blank (only whitespace)", f"give {fix}", value)])
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise UserError([Problem(flag, "contains control characters (NUL, newline, ...)", f"give {fix}", value)])
+        raise UserError([Problem(flag, "contains control characters (NUL, newline, ...)", f"give {fix}",
+                                 value if len(value) <= MAX_NAME_CHARS else None)])
+    if len(value) > MAX_NAME_CHARS:
+        raise UserError([Problem(flag, f"{len(value):,} characters long (at most {MAX_NAME_CHARS})", f"give {fix}",
+                                 value[:40] + "...")])
     return value
 
 
@@ -69,22 +76,14 @@ def check_path(value: Path | str, flag: str, what: str) -> Path:
     return Path(text)
 
 
-# Seeds every RNG fasttrain seeds accepts: numpy's legacy seed takes 0 .. 2**32 - 1, and so does everything else.
-MAX_SEED = 2**32 - 1
-
-
 def check_seed(value: int | None, flag: str = "--seed") -> int | None:
     """`value` when it is a seed numpy, random and torch all take (0 .. 2**32 - 1), else UserError."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise UserError([Problem(flag, f"must be a whole number from 0 to {MAX_SEED:,} (2**32 - 1)",
-                                 "e.g. --seed 0", value)])
-    return value
+    from fasttrain.datasets.sampler import check_seed as check
+    return None if value is None else check(value, flag)
 
 
 def seed_option(default: int = 0, help: str = "Seeds data order, augmentation and initialisation "
-                                              f"(0 .. {MAX_SEED}).") -> Any:
+                                              "(0 .. 4294967295).") -> Any:
     """--seed N, checked: 0 .. 2**32 - 1 (numpy's seed rejects negatives, torch overflows past 2**64)."""
     return typer.Option(default, "--seed", metavar="N", help=help, callback=_seed_callback)
 

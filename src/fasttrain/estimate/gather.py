@@ -42,20 +42,32 @@ class Request:
     world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
 
 
+# Upper bounds: far past any real run (LAION-5B is 5.8e9 samples); beyond them a typo is likelier, and the
+# arithmetic of the forecast would lose its meaning.
+MAX_DATASET_SIZE = 10**12
+MAX_EPOCHS = 100_000
+
+
 def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int | None, num_classes: int) -> None:
+    from fasttrain.models.registry import check_num_classes
     problems = []
     if dataset_size is not None and dataset_size <= 0:
         problems.append(Problem("--dataset-size", "must be a positive number of training samples",
+                                "e.g. --dataset-size 1281167 (ImageNet-1k)", dataset_size))
+    elif dataset_size is not None and dataset_size > MAX_DATASET_SIZE:
+        problems.append(Problem("--dataset-size", f"more than {MAX_DATASET_SIZE:,} training samples",
                                 "e.g. --dataset-size 1281167 (ImageNet-1k)", dataset_size))
     if image_size is not None:
         try:
             check_image_size(image_size)
         except UserError as exc:
             problems.extend(exc.problems)
-    if epochs is not None and epochs <= 0:
-        problems.append(Problem("--epochs", "must be at least 1", "", epochs))
-    if num_classes <= 0:
-        problems.append(Problem("--num-classes", "must be at least 1", "", num_classes))
+    if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
+        problems.append(Problem("--epochs", f"must be a whole number from 1 to {MAX_EPOCHS:,}", "", epochs))
+    try:
+        check_num_classes(num_classes)
+    except UserError as exc:
+        problems.extend(exc.problems)
     if problems:
         raise UserError(problems)
 

@@ -121,6 +121,18 @@ def check_model(model: Any, spec: str) -> Any:
                              "return the model itself, e.g. `return MyNet(num_classes)`")])
 
 
+# More classifier outputs than any real label set (ImageNet-21k: 21,841); beyond it a typo is likelier.
+MAX_NUM_CLASSES = 10_000_000
+
+
+def check_num_classes(num_classes: object, where: str = "--num-classes") -> int:
+    """`num_classes` when it is a whole number in 1..MAX_NUM_CLASSES, else a UserError. Pure."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 1 <= num_classes <= MAX_NUM_CLASSES:
+        raise UserError([Problem(where, f"must be a whole number from 1 to {MAX_NUM_CLASSES:,}", "",
+                                 num_classes)])
+    return num_classes
+
+
 def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans: int = 3,
                  image_size: int | None = None) -> Any:
     """A torch.nn.Module for `name`; bad names are a UserError with close matches.
@@ -131,6 +143,7 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     if not isinstance(name, str) or not name.strip():
         raise UserError([Problem("--model", "empty model name", "a timm or torchvision name, tiny_cnn, or "
                                  "module:callable", name)])
+    check_num_classes(num_classes)
     if ":" in name:
         return check_model(_call_builder(load_callable(name, "--model"), name, num_classes, image_size), name)
     builtin = builtin_models()
