@@ -159,7 +159,7 @@ soft_labels = make((torch.zeros(3), torch.tensor([0.2, 0.8, 0.0])))
 """
 
 BAD_DATA = {
-    "ints": "input is a int, not a tensor",
+    "ints": "input is an int, not a tensor",
     "scalar_input": "shape () (rank 0)",
     "string_input": "input is a str, not a tensor",
     "rank5": "rank 5",
@@ -344,8 +344,8 @@ def test_bench_compare_reports_each_bad_file(cli, tmp_path: Path) -> None:
     empty_dir = tmp_path / "run"
     empty_dir.mkdir()
     for a, b, shown_a, shown_b in ((junk, huge, "not text (binary data)", "too large for a bench result"),
-                                   (empty_dir, tmp_path / "missing", "directory without a result.json",
-                                    "no such file")):
+                                   (empty_dir, tmp_path / "missing", "not a bench result: directory without a "
+                                    "result.json", "not a bench result: no such file")):
         r = cli("bench", "compare", str(a), str(b))
         assert r.code == 2 and "Traceback" not in r.err
         lines = [ln for ln in r.err.splitlines() if ln.startswith("fasttrain: error:")]

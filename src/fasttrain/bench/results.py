@@ -94,6 +94,8 @@ def load_result(path: Path) -> dict[str, Any]:
             raise NotAResult(f"{size:,} bytes: too large for a bench result (at most {MAX_RESULT_BYTES:,})")
         with path.open("rb") as fh:
             raw = fh.read(MAX_RESULT_BYTES + 1)
+    except NotAResult:
+        raise
     except OSError as exc:
         raise NotAResult(f"cannot read it: {exc.strerror or type(exc).__name__}") from exc
     except ValueError as exc:  # a NUL byte in the path

@@ -75,13 +75,13 @@ def check_sample(ds: Any, spec: str, name: str = "train", rank: int | None = Non
         raise UserError([Problem("--data", f"{where}[0] raised {type(exc).__name__}" + (f": {text[0][:200]}"
                                  if text else ""), fix)]) from exc
     if not isinstance(item, (tuple, list)) or len(item) != 2:
-        what = f"a {len(item)}-tuple" if isinstance(item, (tuple, list)) else f"a {type(item).__name__}"
+        what = f"a {len(item)}-tuple" if isinstance(item, (tuple, list)) else _a(type(item).__name__)
         raise UserError([Problem("--data", f"{where}[0] is {what}, not an (input, label) pair", fix)])
     x, y = item
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x) if x.dtype != object else x
     if not isinstance(x, torch.Tensor):
-        raise UserError([Problem("--data", f"{where}[0] input is a {type(x).__name__}, not a tensor", fix)])
+        raise UserError([Problem("--data", f"{where}[0] input is {_a(type(x).__name__)}, not a tensor", fix)])
     if x.dim() not in INPUT_RANKS:
         raise UserError([Problem("--data", f"{where}[0] input has shape {tuple(x.shape)} (rank {x.dim()}); one "
                                  f"sample's input must have rank {INPUT_RANKS[0]} to {INPUT_RANKS[-1]} (features, "
@@ -93,6 +93,10 @@ def check_sample(ds: Any, spec: str, name: str = "train", rank: int | None = Non
                                  "train and val items must have the same shape")])
     _check_label(y, where, fix)
     return int(x.dim())
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _check_label(y: Any, where: str, fix: str) -> None:
@@ -118,7 +122,7 @@ def _check_label(y: Any, where: str, fix: str) -> None:
                                  f"shape {tuple(y.shape)}, not a class index (or a 1-d float tensor of class "
                                  "probabilities)", fix)])
     shown = y if isinstance(y, (float, str)) and len(repr(y)) < 60 else None
-    raise UserError([Problem("--data", f"{where}[0] label is a {type(y).__name__}, not a class index", fix, shown)])
+    raise UserError([Problem("--data", f"{where}[0] label is {_a(type(y).__name__)}, not a class index", fix, shown)])
 
 
 def _infer_num_classes(ds: Any) -> int | None:
