@@ -145,6 +145,13 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         def floats():
             return Regression(), Regression()
 
+        class Soft(torch.utils.data.Dataset):
+            def __len__(self): return 4
+            def __getitem__(self, i): return torch.zeros(2), torch.tensor([0.25, 0.75, 0.0])
+
+        def soft():
+            return Soft(), Soft()
+
         def wrong():
             return {"train": 1}
     """))
@@ -160,7 +167,8 @@ def test_module_callable(user_module: str) -> None:
 
 
 def test_module_callable_errors(user_module: str) -> None:
-    assert "cannot tell how many classes" in _error(f"{user_module}:floats")
-    assert build(f"{user_module}:floats", num_classes=3).num_classes == 3
+    assert "label is a float, not a class index" in _error(f"{user_module}:floats")  # cross-entropy cannot
+    assert "cannot tell how many classes" in _error(f"{user_module}:soft")  # class probabilities: count unknown
+    assert build(f"{user_module}:soft", num_classes=3).num_classes == 3
     assert "returned dict" in _error(f"{user_module}:wrong")
     assert "no callable" in _error(f"{user_module}:missing")

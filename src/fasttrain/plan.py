@@ -12,6 +12,24 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes
+from fasttrain.core.errors import Problem, UserError
+
+# Largest training crop fasttrain accepts: 8192 px is already ~800 MB per fp32 image; beyond it a typo is likelier.
+MAX_IMAGE_SIZE = 8192
+
+
+def check_image_size(image_size: object, where: str = "--image-size") -> int:
+    """The image size when it is a whole number of pixels in 1..MAX_IMAGE_SIZE, else a UserError. Pure.
+
+    Whether a given model can take the size is models.registry.check_model_input's question."""
+    if isinstance(image_size, bool) or not isinstance(image_size, int):
+        raise UserError([Problem(where, "must be a whole number of pixels", "e.g. --image-size 224", image_size)])
+    if image_size < 1:
+        raise UserError([Problem(where, "must be a positive number of pixels", "e.g. --image-size 224", image_size)])
+    if image_size > MAX_IMAGE_SIZE:
+        raise UserError([Problem(where, f"larger than {MAX_IMAGE_SIZE} px", "training crops are usually 32-1024 px; "
+                                 "e.g. --image-size 224", image_size)])
+    return image_size
 
 
 @dataclass
@@ -96,6 +114,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
               extra_notes: tuple[str, ...] = ()) -> Plan:
     """The profile resolved against this machine. `extra_notes`: the caller's own reasons (an automatic batch's
     explanation), shown after the plan's."""
+    check_image_size(profile.loader.image_size, "loader.image_size")
     cuda = report.has_cuda
     if cuda:
         gpu = report.training_gpu()

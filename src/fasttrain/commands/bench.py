@@ -300,6 +300,12 @@ def _training_rate(prof: Any, plan: Any, train_model: str | None, bundle: Any, s
 
 
 # -- bench compare -------------------------------------------------------------------------------------------
+def _shown_path(path: Path) -> str:
+    """A path as one short line: control characters escaped, long ones cut in the middle."""
+    text = repr(str(path))[1:-1]
+    return text if len(text) <= 120 else text[:58] + "..." + text[-58:]
+
+
 @bench_app.command("compare")
 def compare_cmd(
     a: Path = typer.Argument(..., metavar="A", help="A result.json or a bench run directory."),
@@ -307,15 +313,17 @@ def compare_cmd(
     as_json: bool = options.json_option(),
 ) -> None:
     """Two bench results side by side: images/s of A and B per row and the ratio B/A."""
-    from fasttrain.bench.results import compare, read_result
+    from fasttrain.bench.results import NotAResult, compare, load_result
 
-    loaded = []
+    loaded, problems = [], []
     for name, path in (("A", a), ("B", b)):
         try:
-            loaded.append(read_result(path))
-        except (OSError, ValueError) as exc:
-            raise UserError([Problem(name, f"cannot read a bench result at {path}: {type(exc).__name__}",
-                                     "give a result.json or a runs/bench-* directory", str(path))]) from exc
+            loaded.append(load_result(path))
+        except NotAResult as exc:
+            problems.append(Problem(f"{name} {_shown_path(path)}", f"not a bench result: {exc}",
+                                    "give a result.json or a runs/bench-* directory written by `fasttrain bench`"))
+    if problems:
+        raise UserError(problems)
     try:
         result = compare(*loaded)
     except ValueError as exc:

@@ -51,6 +51,11 @@ def estimate_cmd(
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
                                  "use --compare presets or --compare gpus", None)])
     g.validate_sizes(dataset_size, image_size, epochs, num_classes)
+    options.check_name(model, "--model", "a timm or torchvision name, tiny_cnn, or module:callable")
+    if gpu is not None:
+        options.check_name(gpu, "--gpu", "a GPU of the spec file, e.g. --gpu T4 (fasttrain estimate --compare gpus)")
+    if data is not None:
+        options.check_path(data, "--data", "an image folder of class sub-folders")
     if data is not None and dataset_size is not None:
         raise UserError([Problem("--data", "give --data or --dataset-size, not both",
                                  "--data counts the images itself")])

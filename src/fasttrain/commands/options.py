@@ -7,9 +7,14 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 """
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import typer
+
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.datasets.sampler import MAX_SEED  # noqa: F401 - re-exported for the commands
 
 PROFILE_HELP = "Preset name or profile YAML; default: the preset that fits this machine."
 JSON_HELP = "Machine-readable output with stable keys."
@@ -35,8 +40,73 @@ def json_option(help: str = JSON_HELP) -> Any:
 
 
 def model_option(default: Any, help: str = MODEL_HELP) -> Any:
-    """--model/-m NAME|module:callable; `default` is ... where the command needs one."""
-    return typer.Option(default, "--model", "-m", metavar="NAME|module:callable", help=help)
+    """--model/-m NAME|module:callable; `default` is ... where the command needs one. Empty or blank: exit 2."""
+    return typer.Option(default, "--model", "-m", metavar="NAME|module:callable", help=help, callback=_model_callback)
+
+
+def _model_callback(value: str | None) -> str | None:
+    if value is not None:
+        check_name(value, "--model", "a timm or torchvision name, tiny_cnn, or module:callable")
+    return value
+
+
+MAX_NAME_CHARS = 256  # model and GPU names, module:callable specs: longer is a paste accident
+
+# -- validation shared by the commands: each raises UserError (exit 2) with one line ----------------------------
+def check_name(value: str, flag: str, fix: str) -> str:
+    """A name given on the command line: not empty, not blank, no control characters (NUL, newline...)."""
+    if not value.strip():
+        raise UserError([Problem(flag, "empty" if not value else "blank (only whitespace)", f"give {fix}", value)])
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UserError([Problem(flag, "contains control characters (NUL, newline, ...)", f"give {fix}",
+                                 value if len(value) <= MAX_NAME_CHARS else None)])
+    if len(value) > MAX_NAME_CHARS:
+        raise UserError([Problem(flag, f"{len(value):,} characters long (at most {MAX_NAME_CHARS})", f"give {fix}",
+                                 value[:40] + "...")])
+    return value
+
+
+def check_path(value: Path | str, flag: str, what: str) -> Path:
+    """A path given on the command line: not empty and no NUL byte (the OS cannot even look it up)."""
+    text = str(value)
+    if not text.strip():
+        raise UserError([Problem(flag, "empty path", f"give {what}", text)])
+    if "\x00" in text:
+        raise UserError([Problem(flag, "the path contains a NUL byte", f"give {what}", text)])
+    return Path(text)
+
+
+def check_seed(value: int | None, flag: str = "--seed") -> int | None:
+    """`value` when it is a seed numpy, random and torch all take (0 .. 2**32 - 1), else UserError."""
+    from fasttrain.datasets.sampler import check_seed as check
+    return None if value is None else check(value, flag)
+
+
+def seed_option(default: int = 0, help: str = "Seeds data order, augmentation and initialisation "
+                                              "(0 .. 4294967295).") -> Any:
+    """--seed N, checked: 0 .. 2**32 - 1 (numpy's seed rejects negatives, torch overflows past 2**64)."""
+    return typer.Option(default, "--seed", metavar="N", help=help, callback=_seed_callback)
+
+
+def _seed_callback(value: Any) -> Any:  # typer passes the value as the callback's only parameter
+    return check_seed(value)
+
+
+def check_minutes(value: float | None, flag: str = "--save-every-minutes") -> float | None:
+    """A positive, finite number of minutes (nan, inf, 0 and negatives are refused), else UserError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError([Problem(flag, "must be a positive, finite number of minutes", "e.g. " + flag + " 30",
+                                 value)])
+    return float(value)
+
+
+def save_every_minutes_option() -> Any:
+    """--save-every-minutes N (default None: off), checked: positive and finite."""
+    return typer.Option(None, "--save-every-minutes", metavar="N", callback=_minutes_callback,
+                        help="Also write last.pt mid-epoch every N minutes (for machines that vanish without "
+                             "a signal).")
 
 
 def image_size_option() -> Any:
@@ -60,3 +130,7 @@ def nnodes_option() -> Any:
     """--nnodes M for commands that plan a data-parallel job without starting it."""
     return typer.Option(None, "--nnodes", min=1, metavar="M",
                         help="Plan for M machines of a data-parallel job (world.nodes).")
+
+
+def _minutes_callback(value: Any) -> Any:  # typer passes the value as the callback's only parameter
+    return check_minutes(value)

@@ -75,8 +75,14 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
                    strict: bool = False, num_classes: int | None = None) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
     a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes)."""
-    if not spec:
-        raise UserError([Problem("--data", "empty data spec", "use shapes, synthetic, a directory or module:callable")])
+    from fasttrain.datasets.sampler import check_seed
+    check_seed(seed)  # numpy's default_rng refuses negatives, torch overflows: refuse before any of them sees it
+    if not spec or not spec.strip():
+        raise UserError([Problem("--data", "empty data spec" if not spec else "blank data spec (only whitespace)",
+                                 "use shapes, synthetic, a directory or module:callable", spec)])
+    if "\x00" in spec:
+        raise UserError([Problem("--data", "the data spec contains a NUL byte",
+                                 "use shapes, synthetic, a directory or module:callable", spec)])
     if spec == "shapes":
         from fasttrain.datasets.shapes import ensure_shapes
 

@@ -38,6 +38,8 @@ def custom_bundle(spec: str, num_classes: int | None) -> Any:
                                      "__len__ and __getitem__", "return map-style datasets (torch Dataset)")])
         if len(ds) == 0:
             raise UserError([Problem("--data", f"{spec}() {name} dataset is empty")])
+    rank = check_sample(train, spec, "train")
+    check_sample(val, spec, "val", rank=rank)
     given = result[2] if len(result) == 3 else num_classes
     classes = _infer_num_classes(train) if given is None else given
     if classes is None:
@@ -49,6 +51,78 @@ def custom_bundle(spec: str, num_classes: int | None) -> Any:
     return DataBundle(train=train, val=val, num_classes=classes, class_names=[str(n) for n in names] or
                       [str(i) for i in range(classes)], kind="custom", source=spec, train_size=len(train),
                       val_size=len(val))
+
+
+# Ranks of one sample's input the training step can batch and feed a model: features (1), sequences (2),
+# images (3: C, H, W), clips (4: C, T, H, W).
+INPUT_RANKS = (1, 2, 3, 4)
+
+
+def check_sample(ds: Any, spec: str, name: str = "train", rank: int | None = None) -> int:
+    """The rank of the first sample's input when `ds[0]` is an (input tensor, class label) pair the training
+    step can use, else a UserError saying what it is. The label: an int, an integer 0-d tensor/numpy scalar, or
+    a 1-d float tensor of class probabilities. `rank`: the train set's, which the val set must match.
+    Called when the data is built, so a wrong sample stops the run before the model is built."""
+    import numpy as np
+    import torch
+
+    fix = "each item must be (input tensor, class index), e.g. (torch.randn(5, 3), 2)"
+    where = f"{spec}() {name} dataset"
+    try:
+        item = ds[0]
+    except Exception as exc:  # noqa: BLE001 - the user's dataset: report it as their input problem
+        text = str(exc).strip().splitlines()
+        raise UserError([Problem("--data", f"{where}[0] raised {type(exc).__name__}" + (f": {text[0][:200]}"
+                                 if text else ""), fix)]) from exc
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        what = f"a {len(item)}-tuple" if isinstance(item, (tuple, list)) else _a(type(item).__name__)
+        raise UserError([Problem("--data", f"{where}[0] is {what}, not an (input, label) pair", fix)])
+    x, y = item
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x) if x.dtype != object else x
+    if not isinstance(x, torch.Tensor):
+        raise UserError([Problem("--data", f"{where}[0] input is {_a(type(x).__name__)}, not a tensor", fix)])
+    if x.dim() not in INPUT_RANKS:
+        raise UserError([Problem("--data", f"{where}[0] input has shape {tuple(x.shape)} (rank {x.dim()}); one "
+                                 f"sample's input must have rank {INPUT_RANKS[0]} to {INPUT_RANKS[-1]} (features, "
+                                 "sequence, C x H x W image, clip), without the batch dimension", fix)])
+    if x.numel() == 0:
+        raise UserError([Problem("--data", f"{where}[0] input has shape {tuple(x.shape)}: no values", fix)])
+    if rank is not None and x.dim() != rank:
+        raise UserError([Problem("--data", f"{where}[0] input has rank {x.dim()}, the train set's has rank {rank}",
+                                 "train and val items must have the same shape")])
+    _check_label(y, where, fix)
+    return int(x.dim())
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _check_label(y: Any, where: str, fix: str) -> None:
+    import numpy as np
+    import torch
+
+    if isinstance(y, np.generic) or isinstance(y, np.ndarray):
+        y = torch.as_tensor(np.asarray(y)) if np.asarray(y).dtype != object else y
+    if isinstance(y, bool):
+        raise UserError([Problem("--data", f"{where}[0] label is a bool, not a class index", fix, y)])
+    if isinstance(y, int):
+        if y < 0:
+            raise UserError([Problem("--data", f"{where}[0] label is negative, not a class index", fix, y)])
+        return
+    if isinstance(y, torch.Tensor):
+        if y.dim() == 0 and not y.is_floating_point() and not y.is_complex() and y.dtype != torch.bool:
+            if int(y) < 0:
+                raise UserError([Problem("--data", f"{where}[0] label is negative, not a class index", fix, int(y))])
+            return
+        if y.dim() == 1 and y.is_floating_point() and y.numel() > 0:
+            return  # class probabilities (soft labels): cross-entropy takes them
+        raise UserError([Problem("--data", f"{where}[0] label is a {str(y.dtype).replace('torch.', '')} tensor of "
+                                 f"shape {tuple(y.shape)}, not a class index (or a 1-d float tensor of class "
+                                 "probabilities)", fix)])
+    shown = y if isinstance(y, (float, str)) and len(repr(y)) < 60 else None
+    raise UserError([Problem("--data", f"{where}[0] label is {_a(type(y).__name__)}, not a class index", fix, shown)])
 
 
 def _infer_num_classes(ds: Any) -> int | None:
@@ -76,7 +150,7 @@ def _classes_from_labels(labels: Any) -> int | None:
         import torch
 
         values = torch.as_tensor(labels if not isinstance(labels, list) else [int(_scalar(v)) for v in labels])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: .item() of a class-probability vector
         return None
     if values.numel() == 0 or values.is_floating_point() or values.dim() != 1 or int(values.min()) < 0:
         return None  # float or multi-dimensional labels: not class indices

@@ -11,6 +11,19 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+# Every RNG fasttrain seeds takes 0 .. 2**32 - 1: numpy's (legacy seed, default_rng refuses negatives), random,
+# torch.manual_seed (which overflows past 2**64). A seed outside it is refused, never folded.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: object, where: str = "--seed") -> int:
+    """`seed` when every RNG takes it (a whole number, 0 .. 2**32 - 1), else a UserError. Pure."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        from fasttrain.core.errors import Problem, UserError
+        raise UserError([Problem(where, f"must be a whole number from 0 to {MAX_SEED:,} (2**32 - 1)",
+                                 "e.g. --seed 0", seed)])
+    return seed
+
 
 class EpochSampler:
     def __init__(self, dataset_size: int, seed: int = 0, shuffle: bool = True, rank: int = 0, world: int = 1,

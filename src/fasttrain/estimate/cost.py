@@ -53,7 +53,7 @@ class ModelCost:
         return out
 
 
-def build_model(name: str, num_classes: int) -> Any:
+def build_model(name: str, num_classes: int, image_size: int | None = None) -> Any:
     """The model on the meta device. torchvision names skip the timm import (saves seconds at the CLI)."""
     import torch
     from fasttrain.models import registry as models
@@ -63,7 +63,7 @@ def build_model(name: str, num_classes: int) -> Any:
             if name in tv:
                 from torchvision import models as tvm
                 return tvm.get_model(name, weights=None, num_classes=num_classes)
-        return models.create_model(name, num_classes=num_classes)
+        return models.create_model(name, num_classes=num_classes, image_size=image_size)
 
 
 @functools.lru_cache(maxsize=1)
@@ -181,7 +181,7 @@ def model_cost(name: str, image_size: int, num_classes: int = 1000, precision: s
     if image_size <= 0:
         raise UserError([Problem("--image-size", "must be a positive number of pixels", "e.g. --image-size 224",
                                  image_size)])
-    model = build_model(name, num_classes)
+    model = build_model(name, num_classes, image_size)  # a ViT is built for the asked size (timm img_size=)
     model.train()
     dtype = getattr(torch, MIXED_DTYPES.get(precision, "float32"))
     if dtype != torch.float32:

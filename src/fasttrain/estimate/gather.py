@@ -17,7 +17,7 @@ from fasttrain.estimate import calibration
 from fasttrain.hardware import gpus
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate.forecast import Forecast, LoaderSample, forecast
-from fasttrain.plan import Plan, make_plan
+from fasttrain.plan import Plan, check_image_size, make_plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 from fasttrain.core.format import fmt_bytes
@@ -42,18 +42,32 @@ class Request:
     world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
 
 
+# Upper bounds: far past any real run (LAION-5B is 5.8e9 samples); beyond them a typo is likelier, and the
+# arithmetic of the forecast would lose its meaning.
+MAX_DATASET_SIZE = 10**12
+MAX_EPOCHS = 100_000
+
+
 def validate_sizes(dataset_size: int | None, image_size: int | None, epochs: int | None, num_classes: int) -> None:
+    from fasttrain.models.registry import check_num_classes
     problems = []
     if dataset_size is not None and dataset_size <= 0:
         problems.append(Problem("--dataset-size", "must be a positive number of training samples",
                                 "e.g. --dataset-size 1281167 (ImageNet-1k)", dataset_size))
-    if image_size is not None and image_size <= 0:
-        problems.append(Problem("--image-size", "must be a positive number of pixels", "e.g. --image-size 224",
-                                image_size))
-    if epochs is not None and epochs <= 0:
-        problems.append(Problem("--epochs", "must be at least 1", "", epochs))
-    if num_classes <= 0:
-        problems.append(Problem("--num-classes", "must be at least 1", "", num_classes))
+    elif dataset_size is not None and dataset_size > MAX_DATASET_SIZE:
+        problems.append(Problem("--dataset-size", f"more than {MAX_DATASET_SIZE:,} training samples",
+                                "e.g. --dataset-size 1281167 (ImageNet-1k)", dataset_size))
+    if image_size is not None:
+        try:
+            check_image_size(image_size)
+        except UserError as exc:
+            problems.extend(exc.problems)
+    if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
+        problems.append(Problem("--epochs", f"must be a whole number from 1 to {MAX_EPOCHS:,}", "", epochs))
+    try:
+        check_num_classes(num_classes)
+    except UserError as exc:
+        problems.extend(exc.problems)
     if problems:
         raise UserError(problems)
 
@@ -147,6 +161,8 @@ def model_cost(model: str, image_size: int, num_classes: int, precision: str) ->
     from fasttrain.estimate import cost
     key = (model, image_size, num_classes, precision)
     if key not in _COSTS:
+        from fasttrain.models.registry import check_model_input
+        check_model_input(model, image_size, num_classes)  # a size the model cannot take: exit 2, with sizes it takes
         _COSTS[key] = cost.model_cost(model, image_size, num_classes=num_classes, precision=precision)
     return _COSTS[key]
 

@@ -5,7 +5,9 @@ Always random init: nothing is downloaded at run time. Imports torch lazily (cal
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,33 +32,120 @@ def _torchvision_names() -> list[str]:
     return tvm.list_models(module=tvm)
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def load_callable(spec: str, what: str) -> Callable[..., Any]:
-    """`package.module:function` -> the function, with the current directory importable like `python -m`."""
+    """`package.module:function` -> the function, with the current directory importable like `python -m`.
+
+    Anything the user's module does on import (raise, SyntaxError, sys.exit) is a UserError naming it.
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UserError([Problem(what, "expected module:callable", "e.g. mypkg.nets:build", spec)])
+    if not _MODULE_NAME.fullmatch(module_name):
+        raise UserError([Problem(what, f"{module_name!r} is not a module name",
+                                 "module:callable, e.g. mypkg.nets:build (dotted Python names)", spec)])
+    if not _ATTR_NAME.fullmatch(attr):
+        raise UserError([Problem(what, f"{attr!r} is not a Python name", "module:callable, e.g. mypkg.nets:build",
+                                 spec)])
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UserError([Problem(what, f"cannot import module {module_name!r}: {exc}",
+        raise UserError([Problem(what, f"cannot import module {module_name!r}: {_one_line(exc)}",
                                  "check the module is on PYTHONPATH or in the current directory")]) from exc
+    except UserError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed on import: their input
+        raise UserError([Problem(what, f"importing module {module_name!r} raised {_describe(exc)}",
+                                 "fix the module so that importing it has no error (try `python -c "
+                                 f"'import {module_name}'`)")]) from exc
     fn = getattr(module, attr, None)
-    if not callable(fn):
+    if fn is None and not hasattr(module, attr):
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
         raise UserError([Problem(what, f"{module_name} has no callable {attr!r}",
-                                 did_you_mean(attr, [n for n in dir(module) if not n.startswith("_")]))])
+                                 did_you_mean(attr, names) or "name a function or class of the module")])
+    if not callable(fn):
+        raise UserError([Problem(what, f"{module_name}.{attr} is not callable (type {type(fn).__name__})",
+                                 "name a function or class that builds it")])
     return fn
 
 
-def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans: int = 3) -> Any:
-    """A torch.nn.Module for `name`; bad names are a UserError with close matches."""
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _describe(exc: BaseException) -> str:
+    """`RuntimeError: boom`, `SystemExit(3)`, `SyntaxError: invalid syntax (bad.py, line 1)`: one line."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (it called sys.exit)"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_size: int | None) -> Any:
+    """Call the user's builder with the keywords it takes (num_classes, img_size/image_size)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        params = {}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs: dict[str, Any] = {}
+    if "num_classes" in params or var_kw:
+        kwargs["num_classes"] = num_classes
+    for key in ("image_size", "img_size"):
+        if image_size is not None and key in params:
+            kwargs[key] = image_size
+    try:
+        return fn(**kwargs)
+    except UserError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report it as their input problem
+        raise UserError([Problem("--model", f"{spec}() raised {_describe(exc)}",
+                                 "it must build and return a torch.nn.Module (num_classes= is passed when it "
+                                 "takes it)")]) from exc
+
+
+def check_model(model: Any, spec: str) -> Any:
+    """`model` itself when it is a torch.nn.Module, else a UserError saying what the builder returned."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return model
+    shown = type(model).__name__ if model is not None else "None"
+    raise UserError([Problem("--model", f"{spec}() returned {shown}, not a torch.nn.Module",
+                             "return the model itself, e.g. `return MyNet(num_classes)`")])
+
+
+# More classifier outputs than any real label set (ImageNet-21k: 21,841); beyond it a typo is likelier.
+MAX_NUM_CLASSES = 10_000_000
+
+
+def check_num_classes(num_classes: object, where: str = "--num-classes") -> int:
+    """`num_classes` when it is a whole number in 1..MAX_NUM_CLASSES, else a UserError. Pure."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 1 <= num_classes <= MAX_NUM_CLASSES:
+        raise UserError([Problem(where, f"must be a whole number from 1 to {MAX_NUM_CLASSES:,}", "",
+                                 num_classes)])
+    return num_classes
+
+
+def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans: int = 3,
+                 image_size: int | None = None) -> Any:
+    """A torch.nn.Module for `name`; bad names are a UserError with close matches.
+
+    `image_size`: models built for one input size (timm ViTs, Swin: `fixed_input_size`) are built for this
+    size instead (timm's img_size=); other models take any size and ignore it.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UserError([Problem("--model", "empty model name", "a timm or torchvision name, tiny_cnn, or "
+                                 "module:callable", name)])
+    check_num_classes(num_classes)
     if ":" in name:
-        fn = load_callable(name, "--model")
-        try:
-            return fn(num_classes=num_classes)
-        except TypeError:
-            return fn()
+        return check_model(_call_builder(load_callable(name, "--model"), name, num_classes, image_size), name)
     builtin = builtin_models()
     if name in builtin:
         if pretrained:
@@ -67,7 +156,8 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
         import timm
         if pretrained:
             return _timm_pretrained_offline(name, num_classes)
-        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans)
+        sized = {"img_size": image_size} if image_size is not None and timm_fixed_size(name) is not None else {}
+        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **sized)
     tv_names = _torchvision_names()
     if name in tv_names:
         if pretrained:
@@ -90,3 +180,62 @@ def _timm_pretrained_offline(name: str, num_classes: int) -> Any:
         raise UserError([Problem("--pretrained", f"no cached weights for {name}: {type(exc).__name__}",
                                  "nothing is downloaded at run time; put the weights in the Hugging Face cache "
                                  "first, or drop --pretrained")]) from exc
+
+
+def timm_fixed_size(name: str) -> int | None:
+    """The input size a timm model is built for when it takes only that size (ViT, Swin...), else None."""
+    try:
+        from timm.models import get_pretrained_cfg_value
+        if not get_pretrained_cfg_value(name, "fixed_input_size"):
+            return None
+        size = get_pretrained_cfg_value(name, "input_size")
+    except Exception:  # noqa: BLE001 - not a timm name, or a timm without this config: no fixed size known
+        return None
+    return int(size[-1]) if size else None
+
+
+# Sizes tried to tell the user which ones a model takes, when the asked one does not work.
+CANDIDATE_SIZES = (32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 384, 448, 512)
+
+
+def check_model_input(name: str, image_size: int, num_classes: int, in_chans: int = 3) -> None:
+    """UserError when model `name` cannot train on `image_size` px images (too small for its downsampling,
+    a ViT patch grid that does not fit...), naming the sizes it does take. Runs one forward + backward on the
+    meta device: no memory, no compute. module:callable models are the user's own and are not checked.
+    Call it once the model name and the image size are known, before any training (estimate, train)."""
+    from fasttrain.plan import check_image_size
+    check_image_size(image_size)
+    if ":" in name:
+        return
+    error = _input_error(name, image_size, num_classes, in_chans)
+    if error is None:
+        return
+    takes = [s for s in CANDIDATE_SIZES if s != image_size and _input_error(name, s, num_classes, in_chans) is None]
+    fixed = timm_fixed_size(name)
+    built = f" (built for {fixed} px, rebuilt for the asked size where it can be)" if fixed else ""
+    if takes:
+        fix = f"{name}{built} takes e.g. {', '.join(str(s) for s in takes[:8])} px"
+    else:
+        fix = f"{name}{built} took none of {', '.join(str(s) for s in CANDIDATE_SIZES)} px here"
+    raise UserError([Problem("--image-size", f"model {name!r} cannot take {image_size} px images: {error}", fix,
+                             image_size)])
+
+
+def _input_error(name: str, image_size: int, num_classes: int, in_chans: int) -> str | None:
+    """None when `name` at `image_size` runs forward + backward (batch 2, on meta), else the first error line."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = create_model(name, num_classes=num_classes, in_chans=in_chans, image_size=image_size)
+            model.train()
+            x = torch.empty(2, in_chans, image_size, image_size)
+            out = model(x)
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            out.float().sum().backward()
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - models fail on odd sizes in many ways (Runtime/Assertion/Value...)
+        return _one_line(exc)
+    return None
