@@ -41,13 +41,16 @@ class _ProfileLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
+        self._nodes += 1
         try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+            if self._depth > MAX_YAML_DEPTH or self._nodes > MAX_YAML_NODES:
+                what = (f"nested deeper than {MAX_YAML_DEPTH} levels" if self._depth > MAX_YAML_DEPTH
+                        else f"more than {MAX_YAML_NODES:,} values")
+                raise yaml.composer.ComposerError(None, None, what, self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -105,7 +108,10 @@ def _yaml_error(exc: yaml.YAMLError, where: str) -> Problem:
 
 def parse_yaml(text: str, where: str) -> Any:
     """YAML text -> Python data, with bounded work, or a UserError naming `where` (line:column when known)."""
-    loader = _ProfileLoader(text)
+    try:
+        loader = _ProfileLoader(text)  # the reader refuses control characters here
+    except yaml.YAMLError as exc:
+        raise UserError([_yaml_error(exc, where)]) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -383,7 +389,24 @@ def _problem_from_pydantic(err: dict[str, Any], provenance: Mapping[str, str]) -
     msg = err["msg"]
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         return Problem(where, msg.lower(), "change the value", value)
-    return Problem(where, msg[0].lower() + msg[1:], "", value if kind != "missing" else None)
+    fix = _FIXES.get(kind, "")
+    if kind == "missing" and len(loc) > 2 and loc[0] in SECTIONS:  # an item of a [min, max] pair
+        return Problem(where, "too few items", _FIXES["too_short"], value)
+    if kind == "bad_range":
+        fix = err.get("ctx", {}).get("fix", "")
+    return Problem(where, msg[0].lower() + msg[1:], fix, value if kind != "missing" else None)
+
+
+_FIXES = {
+    "finite_number": "use a finite number (not .inf or .nan)",
+    "string_too_long": "shorten it",
+    "string_too_short": "give a non-empty name, or remove the key",
+    "string_pattern_mismatch": "write it as MAJOR.MINOR in quotes, e.g. \"8.6\"",
+    "int_from_float": "use a whole number",
+    "tuple_type": "give a list of two numbers, e.g. [0.08, 1.0]",
+    "too_long": "give exactly two numbers, e.g. [0.08, 1.0]",
+    "too_short": "give exactly two numbers, e.g. [0.08, 1.0]",
+}
 
 
 def build(layers: list[Layer]) -> Resolved:
