@@ -5,6 +5,7 @@ that decides how a problem is shown (plain lines, or a traceback with --debug).
 """
 from __future__ import annotations
 
+import re
 import reprlib
 from dataclasses import dataclass, field
 
@@ -15,9 +16,13 @@ MAX_TEXT_CHARS = 300
 MAX_LINES = 40
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """`text` on one line, at most `limit` characters (then '...')."""
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    """`text` on one line, at most `limit` characters (then '...'), control characters escaped (no raw NUL
+    or terminal escape sequence reaches the terminal)."""
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text[:limit + 1])
     return text if len(text) <= limit else text[:limit] + "..."
 
 

@@ -58,7 +58,9 @@ class _ProfileLoader(yaml.SafeLoader):
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except (ValueError, TypeError, OverflowError) as exc:  # e.g. date 2024-13-45, a 10,000-digit int
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # date 2024-13-45 (ValueError), a 10,000-digit int, '!!int' alone (IndexError)
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read this value ({clip(str(exc), 80)})", node.start_mark) from None
 
@@ -120,7 +122,7 @@ def parse_yaml(text: str, where: str) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise UserError([_yaml_error(exc, where)]) from None
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # a constructor generator's late failure
+    except Exception as exc:  # a constructor generator's late failure: PyYAML's own bugs on odd input
         raise UserError([Problem(where, f"broken YAML: cannot read a value ({clip(str(exc), 80)})")]) from None
     finally:
         loader.dispose()
@@ -394,6 +396,9 @@ def _problem_from_pydantic(err: dict[str, Any], provenance: Mapping[str, str]) -
         return Problem(where, "too few items", _FIXES["too_short"], value)
     if kind == "bad_range":
         fix = err.get("ctx", {}).get("fix", "")
+    if kind == "string_pattern_mismatch":
+        if "x00" in str(err.get("ctx", {}).get("pattern", "")):
+            return Problem(where, "contains control characters (NUL, escape, ...)", "remove them", value)
     return Problem(where, msg[0].lower() + msg[1:], fix, value if kind != "missing" else None)
 
 

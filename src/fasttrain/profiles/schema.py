@@ -20,6 +20,10 @@ Schedule = Literal["cosine", "step", "plateau", "constant"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"          # one line, no control characters (NUL, ESC, ...)
+_PRINTABLE_TEXT = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"  # newlines and tabs allowed
+
+
 class _Section(BaseModel):
     # Every float must be finite (.inf / .nan are refused), and every number has an upper bound far above any
     # real machine or run: a bound is what keeps 10**4000 or 1e308 out of the arithmetic (int(inf) raises).
@@ -29,7 +33,7 @@ class _Section(BaseModel):
 class HardwareSpec(_Section):
     """The machine a profile targets. Numbers come from the field note the preset cites."""
 
-    gpu: str | None = Field(None, min_length=1, max_length=100,
+    gpu: str | None = Field(None, min_length=1, max_length=100, pattern=_PRINTABLE,
                             description="GPU name as in the GPU spec file; null for a CPU-only machine")
     vram_gb: float | None = Field(None, gt=0, le=1024, description="GPU memory per device, GiB")
     compute_capability: str | None = Field(None, pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$", description="e.g. '8.6'")
@@ -124,9 +128,9 @@ class WorldSpec(_Section):
 class Profile(_Section):
     """A whole preset or user file after `extends` and overrides are applied."""
 
-    name: str = Field("custom", min_length=1, max_length=100)
-    description: str = Field("", max_length=2000)
-    extends: str | None = Field(None, min_length=1, max_length=1024)
+    name: str = Field("custom", min_length=1, max_length=100, pattern=_PRINTABLE)
+    description: str = Field("", max_length=2000, pattern=_PRINTABLE_TEXT)
+    extends: str | None = Field(None, min_length=1, max_length=1024, pattern=_PRINTABLE)
     hardware: HardwareSpec = HardwareSpec()
     loader: LoaderSpec = LoaderSpec()
     speed: SpeedSpec = SpeedSpec()
