@@ -223,6 +223,15 @@ def test_junk_profile_argument_is_exit_2(cli, ref, message):
     assert result.code == 2 and message in result.err, result.err
 
 
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
+def test_devices_are_not_profiles(cli, tmp_path, device):
+    result = check_run(cli, "show", ["profiles", "show", device])
+    assert result.code == 2 and f"{device}: not a regular file" in result.err
+    f = write(tmp_path, f"extends: {device}\n")
+    result = check_run(cli, "validate", COMMANDS["validate"](f))
+    assert result.code == 2 and f"{device}: not a regular file" in result.err
+
+
 def test_extends_symlink_loop(cli, tmp_path):
     (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
     f = write(tmp_path, "extends: loop.yaml\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -161,6 +162,9 @@ def read_profile_text(path: Path) -> str:
     """The file's text: at most MAX_PROFILE_BYTES, UTF-8, or a UserError saying which of those it is not."""
     try:
         with open(path, "rb") as fh:
+            kind = os.fstat(fh.fileno()).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISFIFO(kind)):  # /dev/zero, a terminal, a socket
+                raise UserError([Problem(str(path), "not a regular file", "give a .yaml file")])
             raw = fh.read(MAX_PROFILE_BYTES + 1)
     except FileNotFoundError:
         raise UserError([Problem(str(path), "no such profile file",
