@@ -266,7 +266,7 @@ def test_extends_symlink_loop(cli, tmp_path):
     ("hardware.price_spot_per_hour", ".nan", "finite number"),
     ("hardware.compute_capability", '"8.6.1"', "MAJOR.MINOR"),
     ("world.nodes", "0", "greater than 0"),
-    ("world.gpus_per_node", "100000", "less than or equal to 64"),
+    ("world.gpus_per_node", "100000", "less than or equal to 1024"),
     ("augment.color_jitter", ".inf", "finite number"),
 ])
 def test_schema_refuses(cli, tmp_path, key, value, message):

@@ -122,7 +122,7 @@ class AugmentSpec(_Section):
 
 class WorldSpec(_Section):
     nodes: int = Field(1, gt=0, le=4096)
-    gpus_per_node: int = Field(1, gt=0, le=64)
+    gpus_per_node: int = Field(1, gt=0, le=1024)  # processes per machine: GPUs, or CPU processes
 
 
 class Profile(_Section):
