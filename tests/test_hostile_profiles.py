@@ -159,8 +159,8 @@ def test_self_referencing_alias(cli, tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("name: 2024-13-45\n", "cannot read this value (month must be in 1..12)"),
     ("loader:\n  batch_size: " + "9" * 10_000 + "\n", "cannot read this value (Exceeds the limit"),
-    ("name: a\x01b\n", "broken YAML: unacceptable character #x0001"),
-    ("name: a\x00b\n", "broken YAML: unacceptable character #x0000"),
+    ("name: a\x01b\n", "p.yaml:1:8: broken YAML: control character #x0001 is not allowed"),
+    ("name: a\n\x00b\n", "p.yaml:2:1: broken YAML: control character #x0000 is not allowed"),
     ("name: !!int\n", "cannot read this value"),
     ("name: !!binary 'a'\n", "broken YAML: failed to decode base64"),
     ("name: !!float\n", "cannot read this value"),

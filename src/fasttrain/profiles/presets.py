@@ -100,7 +100,13 @@ def _check_tree(root: Any) -> None:
     visit(root)
 
 
-def _yaml_error(exc: yaml.YAMLError, where: str) -> Problem:
+def _yaml_error(exc: yaml.YAMLError, where: str, text: str = "") -> Problem:
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: position is an offset in the text
+        pos = exc.position
+        line, col = text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character or "\0")
+        return Problem(f"{where}:{line}:{col}", f"broken YAML: control character #x{char:04x} is not allowed",
+                       "remove it, or write it as an escape inside double quotes, e.g. \"\\t\"")
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         if mark:
@@ -114,7 +120,7 @@ def parse_yaml(text: str, where: str) -> Any:
     try:
         loader = _ProfileLoader(text)  # the reader refuses control characters here
     except yaml.YAMLError as exc:
-        raise UserError([_yaml_error(exc, where)]) from None
+        raise UserError([_yaml_error(exc, where, text)]) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -122,7 +128,7 @@ def parse_yaml(text: str, where: str) -> Any:
         _check_tree(node)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise UserError([_yaml_error(exc, where)]) from None
+        raise UserError([_yaml_error(exc, where, text)]) from None
     except Exception as exc:  # a constructor generator's late failure: PyYAML's own bugs on odd input
         raise UserError([Problem(where, f"broken YAML: cannot read a value ({clip(str(exc), 80)})")]) from None
     finally:
