@@ -5,7 +5,45 @@ that decides how a problem is shown (plain lines, or a traceback with --debug).
 """
 from __future__ import annotations
 
+import re
+import reprlib
 from dataclasses import dataclass, field
+
+# Hostile input must not make hostile output: a quoted value, a place and a message are clipped, and
+# one error prints at most MAX_LINES problems (then "... and N more").
+MAX_VALUE_CHARS = 80
+MAX_TEXT_CHARS = 300
+MAX_LINES = 40
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """`text` on one line, at most `limit` characters (then '...'), control characters escaped (no raw NUL
+    or terminal escape sequence reaches the terminal)."""
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text[:limit + 1])
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxdict, short.maxlist, short.maxtuple, short.maxset = 3, 4, 6, 6, 6
+    short.maxstring, short.maxother, short.maxlong = MAX_VALUE_CHARS, MAX_VALUE_CHARS, MAX_VALUE_CHARS
+    return short
+
+
+_SHORT = _short_repr()
+
+
+def shown_value(value: object, limit: int = MAX_VALUE_CHARS) -> str:
+    """repr(value), bounded in time and length; never raises (a 5,000-digit int has no str(), a nested
+    alias bomb has a repr of gigabytes, a list may contain itself)."""
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # e.g. ValueError: Exceeds the limit for integer string conversion
+        text = f"<a {type(value).__name__} too large to show>"
+    return clip(text, limit)
 
 
 @dataclass(frozen=True)
@@ -19,9 +57,11 @@ class Problem:
     severity: str = "error"  # "error" stops the command; "note" is shown but allowed
 
     def line(self) -> str:
-        shown = "" if self.value is None else f" (got {self.value!r})"
-        fix = f"; {self.fix}" if self.fix else ""
-        return f"{self.where}: {self.message}{shown}{fix}"
+        shown = "" if self.value is None else f" (got {shown_value(self.value)})"
+        fix = f"; {clip(self.fix)}" if self.fix else ""
+        where = clip(self.where.rstrip(": "), MAX_VALUE_CHARS + 40)
+        head = f"{where}: " if where else ""  # where "" : a line of its own, e.g. "... and 12 more problems"
+        return f"{head}{clip(self.message)}{shown}{fix}"
 
 
 class UserError(Exception):
@@ -34,11 +74,14 @@ class UserError(Exception):
             problems = [Problem(where="error", message=problems)]
         self.problems = [p for p in problems if p.severity == "error"] or list(problems)
         self.title = title
-        super().__init__("\n".join(p.line() for p in self.problems))
+        super().__init__("\n".join(p.line() for p in self.problems[:MAX_LINES]))
 
     def lines(self) -> list[str]:
         head = [self.title] if self.title else []
-        return head + [p.line() for p in self.problems]
+        body = [p.line() for p in self.problems[:MAX_LINES]]
+        if len(self.problems) > MAX_LINES:
+            body.append(f"... and {len(self.problems) - MAX_LINES:,} more problem(s)")
+        return head + body
 
 
 class JobFailed(Exception):

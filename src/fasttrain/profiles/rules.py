@@ -10,19 +10,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
+from pydantic import ValidationError
+
 from fasttrain.core.errors import Problems
-from fasttrain.profiles.schema import Profile
+from fasttrain.profiles.schema import SECTIONS, Profile
 from fasttrain.core.format import fmt_bytes
 
 _DEFAULTS = Profile()
+INVALID = object()  # a value the field's own schema refuses: it has its own error, rules skip it
 
 
 def _get(data: Mapping[str, Any], dotted: str) -> Any:
-    """The merged value or the model default."""
+    """The merged value as the schema reads it, the model default, or INVALID when the field's own rules
+    (type, range, finite) refuse it, so no rule computes with .nan, 1e308 or a 4,000-digit int."""
     section, key = dotted.split(".")
     sec = data.get(section)
     if isinstance(sec, Mapping) and key in sec:
-        return sec[key]
+        try:
+            return getattr(SECTIONS[section].model_validate({key: sec[key]}), key)
+        except ValidationError:
+            return INVALID
     return getattr(getattr(_DEFAULTS, section), key)
 
 
@@ -44,7 +51,7 @@ def _workers_and_prefetch(data: Mapping[str, Any], problems: Problems) -> None:
     workers = _int(_get(data, "loader.num_workers"))
     if workers != 0:
         return
-    if _get(data, "loader.prefetch_factor") is not None:
+    if _get(data, "loader.prefetch_factor") not in (None, INVALID):
         problems.add("loader.prefetch_factor", "needs worker processes, but loader.num_workers is 0",
                      "remove prefetch_factor or set loader.num_workers >= 1", _get(data, "loader.prefetch_factor"))
     if _get(data, "loader.persistent_workers") is True:
@@ -57,6 +64,8 @@ def _supports_bf16(data: Mapping[str, Any]) -> bool | None:
     if isinstance(bf16, bool):
         return bf16
     cc = _get(data, "hardware.compute_capability")
+    if cc is INVALID:
+        return None
     try:
         return float(cc) >= 8.0 if cc is not None else None
     except (TypeError, ValueError):
@@ -66,6 +75,8 @@ def _supports_bf16(data: Mapping[str, Any]) -> bool | None:
 def _precision_and_hardware(data: Mapping[str, Any], problems: Problems) -> None:
     precision = _get(data, "speed.precision")
     gpu = _get(data, "hardware.gpu")
+    if gpu is INVALID:
+        return
     if precision == "bf16-mixed" and gpu is not None and _supports_bf16(data) is False:
         cc = _get(data, "hardware.compute_capability")
         problems.add("speed.precision", f"bf16 needs compute capability 8.0 or newer; {gpu} is {cc or 'older'}",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from fasttrain.core import arithmetic as ar
 
@@ -19,23 +20,30 @@ Schedule = Literal["cosine", "step", "plateau", "constant"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"          # one line, no control characters (NUL, ESC, ...)
+_PRINTABLE_TEXT = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"  # newlines and tabs allowed
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Every float must be finite (.inf / .nan are refused), and every number has an upper bound far above any
+    # real machine or run: a bound is what keeps 10**4000 or 1e308 out of the arithmetic (int(inf) raises).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class HardwareSpec(_Section):
     """The machine a profile targets. Numbers come from the field note the preset cites."""
 
-    gpu: str | None = Field(None, description="GPU name as in the GPU spec file; null for a CPU-only machine")
-    vram_gb: float | None = Field(None, gt=0, description="GPU memory per device, GiB")
-    compute_capability: str | None = Field(None, pattern=r"^\d+\.\d+$", description="e.g. '8.6'")
+    gpu: str | None = Field(None, min_length=1, max_length=100, pattern=_PRINTABLE,
+                            description="GPU name as in the GPU spec file; null for a CPU-only machine")
+    vram_gb: float | None = Field(None, gt=0, le=1024, description="GPU memory per device, GiB")
+    compute_capability: str | None = Field(None, pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$", description="e.g. '8.6'")
     bf16: bool | None = Field(None, description="bf16 tensor cores; null = derive from compute capability (>= 8.0)")
-    host_ram_gb: float = Field(16, gt=0, description="host RAM, GiB")
-    cpu_cores: int = Field(4, gt=0, description="logical cores")
+    host_ram_gb: float = Field(16, gt=0, le=65536, description="host RAM, GiB")
+    cpu_cores: int = Field(4, gt=0, le=16384, description="logical cores")
     ram_budget_fraction: float = Field(
         0.5, gt=0, le=1, description="share of host RAM the data loaders may hold (the rest: OS, model, framework)")
-    price_on_demand_per_hour: float | None = Field(None, ge=0, description="USD per hour")
-    price_spot_per_hour: float | None = Field(None, ge=0, description="USD per hour, preemptible/spot")
+    price_on_demand_per_hour: float | None = Field(None, ge=0, le=10000, description="USD per hour")
+    price_spot_per_hour: float | None = Field(None, ge=0, le=10000, description="USD per hour, preemptible/spot")
 
     @property
     def supports_bf16(self) -> bool:
@@ -47,15 +55,16 @@ class HardwareSpec(_Section):
 
 
 class LoaderSpec(_Section):
-    batch_size: int = Field(32, gt=0, description="per-device batch")
-    num_workers: int = Field(2, ge=0, description="DataLoader worker processes per device")
-    prefetch_factor: int | None = Field(None, gt=0, description="batches each worker keeps ready; needs workers > 0")
+    batch_size: int = Field(32, gt=0, le=2**20, description="per-device batch")
+    num_workers: int = Field(2, ge=0, le=1024, description="DataLoader worker processes per device")
+    prefetch_factor: int | None = Field(None, gt=0, le=1024,
+                                        description="batches each worker keeps ready; needs workers > 0")
     pin_memory: bool = True
     persistent_workers: bool = False
     drop_last: bool = True
-    image_size: int = Field(224, gt=0, description="training crop, pixels")
+    image_size: int = Field(224, gt=0, le=16384, description="training crop, pixels")
     batch_overhead: float = Field(
-        1.5625, ge=1, description="host bytes per decoded batch over the raw tensor (A10G note: 147 -> 230 MB)")
+        1.5625, ge=1, le=100, description="host bytes per decoded batch over the raw tensor (A10G note: 147 -> 230 MB)")
 
 
 class SpeedSpec(_Section):
@@ -71,44 +80,57 @@ class SpeedSpec(_Section):
 
 class OptimSpec(_Section):
     optimizer: Optimizer = "sgd"
-    base_lr: float = Field(0.1, gt=0, description="learning rate tuned for base_batch")
-    base_batch: int = Field(256, gt=0, description="the total batch base_lr was tuned for")
-    weight_decay: float = Field(0.0, ge=0)
+    base_lr: float = Field(0.1, gt=0, le=100, description="learning rate tuned for base_batch")
+    base_batch: int = Field(256, gt=0, le=2**24, description="the total batch base_lr was tuned for")
+    weight_decay: float = Field(0.0, ge=0, le=1)
     momentum: float = Field(0.9, ge=0, lt=1)
-    accumulation_steps: int = Field(1, gt=0)
-    clip_grad_norm: float | None = Field(None, gt=0)
+    accumulation_steps: int = Field(1, gt=0, le=65536)
+    clip_grad_norm: float | None = Field(None, gt=0, le=1e6)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
-    mixup_alpha: float = Field(0.0, ge=0)
-    cutmix_alpha: float = Field(0.0, ge=0)
-    warmup_epochs: float = Field(0.0, ge=0)
+    mixup_alpha: float = Field(0.0, ge=0, le=100)
+    cutmix_alpha: float = Field(0.0, ge=0, le=100)
+    warmup_epochs: float = Field(0.0, ge=0, le=100_000)
     schedule: Schedule = "cosine"
-    step_epochs: int = Field(30, gt=0, description="step schedule: epochs between LR drops")
+    step_epochs: int = Field(30, gt=0, le=100_000, description="step schedule: epochs between LR drops")
     step_gamma: float = Field(0.1, gt=0, le=1)
-    plateau_patience: int = Field(3, ge=0)
-    epochs: int = Field(10, gt=0)
-    early_stopping_patience: int | None = Field(None, gt=0, description="epochs without val improvement")
+    plateau_patience: int = Field(3, ge=0, le=100_000)
+    epochs: int = Field(10, gt=0, le=100_000)
+    early_stopping_patience: int | None = Field(None, gt=0, le=100_000, description="epochs without val improvement")
 
 
 class AugmentSpec(_Section):
-    random_resized_crop_scale: tuple[float, float] = (0.08, 1.0)
+    random_resized_crop_scale: tuple[float, float] = Field(
+        (0.08, 1.0), description="[min, max] share of the image area a random crop keeps, 0 < min <= max <= 1")
     hflip: float = Field(0.5, ge=0, le=1, description="probability")
-    color_jitter: float = Field(0.0, ge=0, description="strength for brightness/contrast/saturation")
+    color_jitter: float = Field(0.0, ge=0, le=10, description="strength for brightness/contrast/saturation")
     rotation_degrees: float = Field(0.0, ge=0, le=180)
     translate: float = Field(0.0, ge=0, lt=1, description="fraction of the image")
     random_erasing: float = Field(0.0, ge=0, le=1, description="probability")
 
+    @field_validator("random_resized_crop_scale")
+    @classmethod
+    def _crop_scale_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        fix = "give [min, max] with 0 < min <= max <= 1, e.g. [0.08, 1.0]"
+        if not (0 < low <= 1 and 0 < high <= 1):
+            raise PydanticCustomError("bad_range", "both ends must be in (0, 1]: they are shares of the image area",
+                                      {"fix": fix})
+        if low > high:
+            raise PydanticCustomError("bad_range", "min is above max", {"fix": fix})
+        return value
+
 
 class WorldSpec(_Section):
-    nodes: int = Field(1, gt=0)
-    gpus_per_node: int = Field(1, gt=0)
+    nodes: int = Field(1, gt=0, le=4096)
+    gpus_per_node: int = Field(1, gt=0, le=1024)  # processes per machine: GPUs, or CPU processes
 
 
 class Profile(_Section):
     """A whole preset or user file after `extends` and overrides are applied."""
 
-    name: str = "custom"
-    description: str = ""
-    extends: str | None = None
+    name: str = Field("custom", min_length=1, max_length=100, pattern=_PRINTABLE)
+    description: str = Field("", max_length=2000, pattern=_PRINTABLE_TEXT)
+    extends: str | None = Field(None, min_length=1, max_length=1024, pattern=_PRINTABLE)
     hardware: HardwareSpec = HardwareSpec()
     loader: LoaderSpec = LoaderSpec()
     speed: SpeedSpec = SpeedSpec()
