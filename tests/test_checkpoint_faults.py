@@ -126,6 +126,7 @@ def test_auto_takes_the_furthest_checkpoint_and_run_not_the_newest_file(referenc
     (lambda p: p.pop("optimizer"), "'optimizer' is missing"),
     (lambda p: p["fit"].update(history={"a": 1}), "'fit.history'"),
     (lambda p: p.update(batch_in_epoch=-3), "'batch_in_epoch' should not be negative"),
+    (lambda p: p["args"].update(epochs="two"), "'args.epochs' should be int"),
 ])
 def test_a_checkpoint_with_fields_of_the_wrong_type_names_the_file_and_field(
         reference: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, edit, field: str) -> None:  # noqa: ANN001

@@ -68,6 +68,7 @@ def latest_run(runs_dir: Path) -> Path | None:
 
 
 def _noted(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    payload["_path"] = str(path)
     if payload.get("checksum_note") == NO_CHECKSUM:
         print(f"fasttrain: note: {path} has no checksum (written by an older fasttrain): loaded without verifying "
               "its content", file=sys.stderr)
@@ -78,8 +79,24 @@ def with_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) -
     """A copy of `args` (a dataclass) where every field of `fields` not given on this command line
     (args.explicit) comes from the checkpoint."""
     saved = payload.get("args") or {}
-    return dataclasses.replace(args, **{name: saved[name] for name in fields
-                                        if name in saved and name not in args.explicit})
+    taken = {name: saved[name] for name in fields if name in saved and name not in args.explicit}
+    for name, value in taken.items():
+        want = _ARG_TYPES.get(name)
+        if want is not None and (not isinstance(value, want) or (isinstance(value, bool) and bool not in want)):
+            raise UserError([Problem(str(payload.get("_path", "the checkpoint")), f"not a usable checkpoint: field "
+                                     f"'args.{name}' should be {' or '.join(t.__name__ for t in want)}, found "
+                                     f"{type(value).__name__} {str(value)[:40]!r}", f"give --{name.replace('_', '-')} "
+                                     "on the command line, or resume from another checkpoint")])
+    return dataclasses.replace(args, **taken)
+
+
+_NONE = type(None)
+# The types a checkpoint's saved arguments must have (TrainArgs' fields of the same names).
+_ARG_TYPES: dict[str, tuple[type, ...]] = {
+    "profile": (str, _NONE), "model": (str, _NONE), "data": (str,), "epochs": (int, _NONE), "sets": (list,),
+    "pretrained": (bool,), "seed": (int,), "image_size": (int, _NONE), "num_classes": (int, _NONE),
+    "save_every": (int, _NONE), "strict_data": (bool,), "on_nan": (str,), "save_every_minutes": (int, float, _NONE),
+    "batch_size": (str, _NONE)}
 
 
 def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int) -> None:
