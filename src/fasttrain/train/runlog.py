@@ -5,6 +5,9 @@ Layout of runs/<name>/:
   metrics.jsonl    one JSON object per line: {"kind": "step"|"epoch", "time": <unix seconds>, ...}
   tb/              TensorBoard event files (`tensorboard --logdir runs`)
   summary.json     the final summary (what `train --json` prints)
+  .lock            flock'ed by the one process writing this run (runlock.py): pid, host, start time
+On resume, rows logged after the checkpoint are dropped and TensorBoard purges past its step (logfix.py).
+A write the disk refuses (ENOSPC) warns once per file and the run goes on (checkpoints are still tried).
 Checkpoints are written next to these by the loop.
 
 Cost on the training thread: log_step() is one json.dumps and one line-buffered write (a few
