@@ -7,12 +7,16 @@ Content is everything an exact resume needs: model, optimizer, GradScaler, LR sc
 epoch and batch inside it, sampler state, RNG states, the resolved profile and versions.
 A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
 the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
-Test hook: FASTTRAIN_TEST_SLOW_SAVE=seconds sleeps between the complete temporary file and the rename
-when it replaces an existing checkpoint, so a test can kill the process in that window.
+Every file carries a SHA-256 of its content (ckpt_integrity.py); load() verifies it and the types of the
+fields a resume reads, so a flipped byte or an edited field is refused like a truncated file, naming the
+previous good checkpoint. Runs and files are ranked by the position recorded inside them, never by mtime.
+Test hook: FASTTRAIN_TEST_SLOW_SAVE=seconds (read and checked once, when a CheckpointPolicy is made: a bad
+value is an exit-2 error before training) sleeps between the complete temporary file and the rename when it
+replaces an existing checkpoint, so a test can kill the process in that window.
 """
 from __future__ import annotations
 
-import errno
+import math
 import os
 import random
 import tempfile
@@ -23,6 +27,8 @@ from typing import Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.ckpt_integrity import NO_CHECKSUM, position, schema_problem, verify_checksum, with_checksum
+from fasttrain.train.diskspace import disk_full, disk_write_error
 
 FORMAT = "fasttrain-checkpoint"
 FORMAT_VERSION = 1
@@ -51,18 +57,19 @@ def versions() -> dict[str, str]:
     return {"fasttrain": __version__, "torch": torch.__version__}
 
 
-def save_atomic(payload: dict[str, Any], path: Path) -> Path:
-    """torch.save to `path` atomically (see module docstring). Returns the path."""
+def save_atomic(payload: dict[str, Any], path: Path, *, slow_save_s: float = 0.0) -> Path:
+    """torch.save to `path` atomically (see module docstring), with its checksum. Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **payload}
+    payload = with_checksum({"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **payload})
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        _test_slow_save(path)
+        if slow_save_s and path.exists():
+            time.sleep(slow_save_s)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -71,10 +78,19 @@ def save_atomic(payload: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def _test_slow_save(path: Path) -> None:
-    seconds = os.environ.get("FASTTRAIN_TEST_SLOW_SAVE")
-    if seconds and path.exists():
-        time.sleep(float(seconds))
+def test_slow_save_seconds() -> float:
+    """FASTTRAIN_TEST_SLOW_SAVE (a test hook, see module docstring): 0 when unset; a bad value is a UserError."""
+    text = os.environ.get("FASTTRAIN_TEST_SLOW_SAVE", "").strip()
+    if not text:
+        return 0.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UserError([Problem("FASTTRAIN_TEST_SLOW_SAVE", "must be a number of seconds, 0 or more (a test hook)",
+                                 "unset it", text)])
+    return seconds
 
 
 def prune_stale_temporaries(directory: Path, max_age_s: float = 0.0) -> list[Path]:
@@ -104,12 +120,14 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def load(path: Path, *, hint: bool = True) -> dict[str, Any]:
-    """Read and check a checkpoint; a missing, truncated or foreign file is a UserError naming it (and,
-    with `hint`, the previous good checkpoint of its folder)."""
+def load(path: Path, *, hint: bool = True, complete: bool = False) -> dict[str, Any]:
+    """Read and check a checkpoint; a missing, truncated, corrupt (checksum) or foreign file, or one whose fields
+    have the wrong types (with `complete`: or are missing), is a UserError naming it and the field (and, with
+    `hint`, the previous good checkpoint of its folder). payload["checksum_note"]: NO_CHECKSUM for a file
+    written before checksums, else None."""
     path = Path(path)
     def why(text: str) -> UserError:
-        return UserError([Problem(str(path), text, _previous_hint(path) if hint else "")])
+        return UserError([Problem(str(path), text, _previous_hint(path, complete) if hint else "")])
     if not path.is_file():
         raise why("no such checkpoint file")
     try:
@@ -117,10 +135,19 @@ def load(path: Path, *, hint: bool = True) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
         raise why(f"not a readable checkpoint (truncated or corrupt?): {type(exc).__name__}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise why("not a fasttrain checkpoint")
-    if payload.get("format_version", 0) > FORMAT_VERSION:
+        raise why("not a fasttrain checkpoint" + ("" if isinstance(payload, dict) else
+                                                  f" (it holds a {type(payload).__name__}, not a dict)"))
+    version = payload.get("format_version", 0)
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
         raise UserError([Problem(str(path), f"written by a newer fasttrain (format {payload['format_version']})",
                                  "upgrade fasttrain to load it")])
+    bad_sum = verify_checksum(payload)
+    if bad_sum is not None and bad_sum != NO_CHECKSUM:
+        raise why(bad_sum)
+    bad_field = schema_problem(payload, complete)
+    if bad_field is not None:
+        raise why(f"not a usable checkpoint: {bad_field}")
+    payload["checksum_note"] = bad_sum
     return payload
 
 
@@ -141,39 +168,55 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: Path
     model.load_state_dict(state)
 
 
+def peek_position(path: Path) -> tuple[int, int, int] | None:
+    """The position recorded in a checkpoint (ckpt_integrity.position), read without verifying it (tensors are
+    memory-mapped, not read); None when the file does not open. Ranks files; load() then checks the one chosen."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001 - a damaged or foreign file: no position
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:  # noqa: BLE001
+            return None
+    return position(payload) if isinstance(payload, dict) and payload.get("format") == FORMAT else None
+
+
 def candidates(directory: Path) -> list[Path]:
-    """Checkpoint files of a run folder: last.pt (where the run stands) first, then the others newest first."""
+    """Checkpoint files of a run folder: last.pt (where the run stands) first, then the others by the position
+    recorded inside them, furthest first (ties: last.pt, then by name); files that do not open come last."""
     if not Path(directory).is_dir():
         return []
     files = [p for p in Path(directory).glob("*.pt") if p.is_file()]
-    return sorted(files, key=lambda p: (p.name == "last.pt", p.stat().st_mtime_ns), reverse=True)
+    last = [p for p in files if p.name == "last.pt"]
+    ranked = ranked_by_position(p for p in files if p.name != "last.pt")
+    return last + ranked
 
 
-def previous_good(path: Path) -> Path | None:
-    """The newest other checkpoint in `path`'s folder that loads, or None."""
-    for other in candidates(path.parent):
+def ranked_by_position(files: Any) -> list[Path]:
+    """Files sorted by recorded position, furthest first; ties: last.pt, then the later name; unreadable last."""
+    keyed = [(peek_position(p), p) for p in files]
+    good = sorted(((pos, p) for pos, p in keyed if pos is not None),
+                  key=lambda e: (e[0], e[1].name == "last.pt", e[1].name), reverse=True)
+    return [p for _, p in good] + sorted(p for pos, p in keyed if pos is None)
+
+
+def previous_good(path: Path, complete: bool = False) -> Path | None:
+    """The furthest other checkpoint in `path`'s folder that loads, or None."""
+    for other in ranked_by_position(p for p in Path(path).parent.glob("*.pt") if p.is_file()):
         if other.resolve() == Path(path).resolve():
             continue
         try:
-            load(other, hint=False)
+            load(other, hint=False, complete=complete)
         except UserError:
             continue
         return other
     return None
 
 
-def _previous_hint(path: Path) -> str:
-    good = previous_good(path)
+def _previous_hint(path: Path, complete: bool = False) -> str:
+    good = previous_good(path, complete)
     return f"the previous good checkpoint is {good} (resume from it with --resume {good})" if good else \
         "no other good checkpoint in that folder"
-
-
-def _disk_error(exc: BaseException) -> bool:
-    """A write that failed for lack of space or an I/O error (torch may wrap it in a RuntimeError)."""
-    if isinstance(exc, OSError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("write failed" in text or "no space" in text)
 
 
 class CheckpointPolicy:
@@ -186,17 +229,19 @@ class CheckpointPolicy:
         self.directory = Path(directory)
         self.every_epochs = every_epochs
         self.errors: list[str] = []
+        self.slow_save_s = test_slow_save_seconds()  # checked here, before training starts
 
     def _save(self, payload: dict[str, Any], name: str) -> Path | None:
         path = self.directory / name
         try:
-            written = save_atomic(payload, path)
+            written = save_atomic(payload, path, slow_save_s=self.slow_save_s)
         except Exception as exc:  # noqa: BLE001 - only disk errors are survivable; the rest re-raised
-            if not _disk_error(exc):
+            if not disk_write_error(exc):
                 raise
-            cause = "the disk is full" if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) else str(exc)
+            full = disk_full(exc)
+            cause = f"the disk is full ({full})" if full else str(exc).splitlines()[0][:200]
             kept = f"the previous {name} is kept" if path.is_file() else f"no {name} was written before"
-            self.errors.append(f"could not save checkpoint {path}: {cause} ({exc}); {kept}")
+            self.errors.append(f"could not save checkpoint {path}: {cause}; {kept}")
             return None
         prune_stale_temporaries(self.directory)
         return written

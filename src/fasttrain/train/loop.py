@@ -285,6 +285,7 @@ class Trainer:
         fit_state = resume.get("fit") or {}
         result.best_acc1, result.best_epoch = fit_state.get("best_acc1"), fit_state.get("best_epoch")
         result.history = list(fit_state.get("history", []))
+        result.epochs_run = len(result.history)  # a resumed run counts its earlier epochs once, as its history does
         first_epoch = int(resume.get("epoch", start_epoch))
         first_batch = int(resume.get("batch_in_epoch", 0))
         if val_loader is not None:  # fail in seconds, not after a whole epoch, when validation is broken

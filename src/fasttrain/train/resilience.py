@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fasttrain.core.errors import JobFailed
+from fasttrain.core.errors import JobFailed, Problem, UserError
 
 # Consecutive non-finite steps that --on-nan stop tolerates before it stops the run (fp16 overflows come
 # alone or in pairs while the GradScaler backs off; three in a row means the run itself went bad).
@@ -104,6 +104,16 @@ def shutdown_workers(loader: Any) -> None:
         inner._iterator = None
 
 
+def _hook_int(name: str) -> int | None:
+    """A test hook's whole number >= 0 from the environment; None when unset; anything else is a UserError."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise UserError([Problem(name, "must be a whole number, 0 or more (a test hook)", "unset it", text)])
+    return int(text)
+
+
 @dataclass
 class SignalHook:
     """FASTTRAIN_TEST_SIGNAL_AT_STEP / FASTTRAIN_TEST_SIGNALS (see module docstring)."""
@@ -114,13 +124,20 @@ class SignalHook:
 
     @classmethod
     def from_env(cls) -> "SignalHook":
-        at = os.environ.get("FASTTRAIN_TEST_SIGNAL_AT_STEP")
-        only_rank = os.environ.get("FASTTRAIN_TEST_SIGNAL_RANK")
-        if not at or (only_rank is not None and only_rank != os.environ.get("RANK", "0")):
+        """Read once, before training; a bad value is a UserError (exit 2), never a ValueError mid-run."""
+        at = _hook_int("FASTTRAIN_TEST_SIGNAL_AT_STEP")
+        only_rank = _hook_int("FASTTRAIN_TEST_SIGNAL_RANK")
+        if at is None or (only_rank is not None and only_rank != int(os.environ.get("RANK", "0") or 0)):
             return cls()
-        names = os.environ.get("FASTTRAIN_TEST_SIGNALS", "TERM").split(",")
-        return cls(int(at), [getattr(signal, "SIG" + n.strip().upper()) for n in names if n.strip()],
-                   os.environ.get("FASTTRAIN_TEST_SIGNAL_GROUP") == "1")
+        text = os.environ.get("FASTTRAIN_TEST_SIGNALS", "TERM")
+        names = [n.strip().upper() for n in text.split(",") if n.strip()]
+        if not names or any(n not in ("TERM", "INT") for n in names):
+            raise UserError([Problem("FASTTRAIN_TEST_SIGNALS", "must be TERM, INT or a comma-separated list of them "
+                                     "(a test hook)", "unset it", text)])
+        group = os.environ.get("FASTTRAIN_TEST_SIGNAL_GROUP", "0").strip()
+        if group not in ("", "0", "1"):
+            raise UserError([Problem("FASTTRAIN_TEST_SIGNAL_GROUP", "must be 0 or 1 (a test hook)", "unset it", group)])
+        return cls(at, [getattr(signal, "SIG" + n) for n in names], group == "1")
 
     def after_step(self, step: int) -> None:
         if self.at_step is not None and step == self.at_step:

@@ -2,22 +2,27 @@
 
 `--resume runs/NAME` takes the newest checkpoint of that folder and insists it loads (a damaged one is an
 exit-2 error that names it and the previous good one). `--resume FILE` takes that file. `--resume auto` takes
-the newest checkpoint that loads, of `--run-name` when given, else of the most recent run in --runs-dir;
-damaged ones on the way are skipped and named.
+the furthest checkpoint that loads, of `--run-name` when given, else of the run in --runs-dir that got furthest;
+"furthest" is the optimizer step (then epoch, batch) recorded inside the files, never their mtime (a `cp -r`
+changes those). Damaged ones on the way are skipped and named.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.checkpoint import candidates, load
+from fasttrain.train.ckpt_integrity import position
+from fasttrain.train.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
 from fasttrain.core.errors import Problem, UserError
 
 
 def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Path, dict[str, Any], list[Path]]:
-    """-> (checkpoint path, its checked payload, damaged checkpoints skipped on the way)."""
+    """-> (checkpoint path, its checked payload, damaged checkpoints skipped on the way). Checked: readable,
+    checksum, field types, every field a resume needs present. An older file without a checksum loads with a
+    note on stderr."""
     if spec != "auto":
         path = Path(spec)
         if path.is_dir():
@@ -26,34 +31,72 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Pa
                 raise UserError([Problem("--resume", f"no checkpoint (*.pt) in {path}",
                                          "give a run folder that holds last.pt, or a checkpoint file", spec)])
             path = found[0]
-        return path, load(path), []
+        return path, _noted(path, load(path, complete=True)), []
     runs_dir = Path(runs_dir)
-    if run_name:
-        folders = [runs_dir / run_name]
-    else:
-        folders = sorted((d for d in runs_dir.iterdir() if d.is_dir() and candidates(d)),
-                         key=lambda d: candidates(d)[0].stat().st_mtime_ns, reverse=True) if runs_dir.is_dir() else []
-    skipped: list[Path] = []
-    for folder in folders:
-        for path in candidates(folder):
-            try:
-                return path, load(path, hint=False), skipped
-            except UserError:
-                skipped.append(path)
-        if folders:
-            break  # only the newest run: an older run is not "this" run
-    where = folders[0] if folders else runs_dir
+    folder = runs_dir / run_name if run_name else latest_run(runs_dir)
+    ranked = _ranked(folder) if folder is not None else []
+    skipped = [p for p in ranked if peek_position(p) is None]  # damaged beyond reading: named even when not reached
+    for path in (p for p in ranked if p not in skipped):
+        try:
+            return path, _noted(path, load(path, hint=False, complete=True)), skipped
+        except UserError:
+            skipped.append(path)
+    where = folder if folder is not None else runs_dir
     raise UserError([Problem("--resume auto", f"no loadable checkpoint in {where}"
                              + (f" (damaged: {', '.join(str(p) for p in skipped)})" if skipped else ""),
                              "start a new run without --resume, or name a checkpoint file")])
+
+
+def _ranked(folder: Path) -> list[Path]:
+    """A run's checkpoints by the position recorded inside them, furthest first (last.pt wins a tie)."""
+    return ranked_by_position(p for p in folder.glob("*.pt") if p.is_file()) if folder.is_dir() else []
+
+
+def latest_run(runs_dir: Path) -> Path | None:
+    """The run folder whose checkpoints got furthest (optimizer step, then epoch and batch, recorded inside the
+    files, never their mtime); ties go to the later name (default names start with the date)."""
+    best: tuple[tuple[int, int, int], str] | None = None
+    found = None
+    for folder in (d for d in Path(runs_dir).iterdir() if d.is_dir()) if Path(runs_dir).is_dir() else []:
+        positions = [pos for pos in map(peek_position, folder.glob("*.pt")) if pos is not None]
+        if not positions and not any(folder.glob("*.pt")):
+            continue
+        key = (max(positions) if positions else (-2, -2, -2), folder.name)
+        if best is None or key > best:
+            best, found = key, folder
+    return found
+
+
+def _noted(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    payload["_path"] = str(path)
+    if payload.get("checksum_note") == NO_CHECKSUM:
+        print(f"fasttrain: note: {path} has no checksum (written by an older fasttrain): loaded without verifying "
+              "its content", file=sys.stderr)
+    return payload
 
 
 def with_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) -> Any:
     """A copy of `args` (a dataclass) where every field of `fields` not given on this command line
     (args.explicit) comes from the checkpoint."""
     saved = payload.get("args") or {}
-    return dataclasses.replace(args, **{name: saved[name] for name in fields
-                                        if name in saved and name not in args.explicit})
+    taken = {name: saved[name] for name in fields if name in saved and name not in args.explicit}
+    for name, value in taken.items():
+        want = _ARG_TYPES.get(name)
+        if want is not None and (not isinstance(value, want) or (isinstance(value, bool) and bool not in want)):
+            raise UserError([Problem(str(payload.get("_path", "the checkpoint")), f"not a usable checkpoint: field "
+                                     f"'args.{name}' should be {' or '.join(t.__name__ for t in want)}, found "
+                                     f"{type(value).__name__} {str(value)[:40]!r}", f"give --{name.replace('_', '-')} "
+                                     "on the command line, or resume from another checkpoint")])
+    return dataclasses.replace(args, **taken)
+
+
+_NONE = type(None)
+# The types a checkpoint's saved arguments must have (TrainArgs' fields of the same names).
+_ARG_TYPES: dict[str, tuple[type, ...]] = {
+    "profile": (str, _NONE), "model": (str, _NONE), "data": (str,), "epochs": (int, _NONE), "sets": (list,),
+    "pretrained": (bool,), "seed": (int,), "image_size": (int, _NONE), "num_classes": (int, _NONE),
+    "save_every": (int, _NONE), "strict_data": (bool,), "on_nan": (str,), "save_every_minutes": (int, float, _NONE),
+    "batch_size": (str, _NONE)}
 
 
 def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int) -> None:
@@ -73,6 +116,14 @@ def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int)
         raise UserError([Problem(str(path), f"the run already finished epoch {epoch} of {epochs}",
                                  f"train further with --epochs {epoch + 1} or more (the LR schedule then "
                                  "stretches to the new length)")])
+
+
+def log_cut(payload: dict[str, Any] | None) -> tuple[int, int, int] | None:
+    """(epoch, batch in epoch, optimizer step) a resumed run continues from, for the run log; None: a new run."""
+    if payload is None:
+        return None
+    step, epoch, batch = position(payload)
+    return max(epoch, 0), max(batch, 0), max(step, 0)
 
 
 def restore_sampler(sampler: Any, payload: dict[str, Any], path: Path) -> None:

@@ -128,9 +128,10 @@ def _run_dir(prep: Prepared, dist: Any) -> Path:
 
 
 def _open_runlog(prep: Prepared, run_dir: Path) -> Any:
+    from fasttrain.train.resume import log_cut
     from fasttrain.train.runlog import RunLog
 
-    runlog = RunLog(run_dir)
+    runlog = RunLog(run_dir, resume_at=log_cut(prep.resume_payload))  # locks the folder; cuts rows past the checkpoint
     runlog.write_profile(prep.resolved.profile.model_dump(mode="json"),
                          header=f"resolved profile of this run; sources: {' < '.join(prep.resolved.chain)}")
     return runlog

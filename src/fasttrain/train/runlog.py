@@ -5,6 +5,9 @@ Layout of runs/<name>/:
   metrics.jsonl    one JSON object per line: {"kind": "step"|"epoch", "time": <unix seconds>, ...}
   tb/              TensorBoard event files (`tensorboard --logdir runs`)
   summary.json     the final summary (what `train --json` prints)
+  .lock            flock'ed by the one process writing this run (runlock.py): pid, host, start time
+On resume, rows logged after the checkpoint are dropped and TensorBoard purges past its step (logfix.py).
+A write the disk refuses (ENOSPC) warns once per file and the run goes on (checkpoints are still tried).
 Checkpoints are written next to these by the loop.
 
 Cost on the training thread: log_step() is one json.dumps and one line-buffered write (a few
@@ -18,6 +21,7 @@ import math
 import os
 import queue
 import re
+import sys
 import threading
 import time
 from datetime import datetime
@@ -25,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.diskspace import disk_full, disk_write_error
+from fasttrain.train.logfix import quiet_writer_threads, truncate_metrics
+from fasttrain.train.runlock import RunLock
 
 METRICS_FILE = "metrics.jsonl"
 PROFILE_FILE = "profile.yaml"
@@ -94,19 +101,53 @@ def _scalars(record: dict[str, Any]) -> dict[str, float]:
 class RunLog:
     """Writes one run's files. `tensorboard=False` skips the event files (and the tensorboard import)."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True, tb_flush_secs: float = 30.0):
+    def __init__(self, run_dir: Path, *, tensorboard: bool = True, tb_flush_secs: float = 30.0,
+                 resume_at: tuple[int, int, int] | None = None):
+        """`resume_at`: (epoch, batch in epoch, optimizer step) of the checkpoint a resumed run continues from:
+        rows the stopped process logged after it are dropped (truncate_metrics) and TensorBoard purges its
+        events past that step. Takes the run folder's lock first (runlock.py): a second process gets exit 2."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock(self.run_dir).acquire()
         self.metrics_path = self.run_dir / METRICS_FILE
+        self.disk_errors: list[str] = []
+        self._purge_step: int | None = None
+        if resume_at is not None:
+            self._purge_step = resume_at[2] + 1
+            self._guarded(METRICS_FILE, lambda: truncate_metrics(self.metrics_path, resume_at[0], resume_at[1]))
         # Line-buffered: each record reaches the file as soon as it is written, so a crash loses nothing.
         self._metrics = open(self.metrics_path, "a", buffering=1, encoding="utf-8")
+        self._metrics_ok = True
+        self._metrics_size = self.metrics_path.stat().st_size
         self._tb_enabled = tensorboard
         self._tb_flush_secs = tb_flush_secs
         self._tb_queue: queue.Queue[tuple[str, dict[str, float], int] | None] | None = None
         self._tb_thread: threading.Thread | None = None
+        self._tb_hook: Any = None
         self.tb_error: str | None = None
         self._steps_logged = 0
         self._closed = False
+
+    def _disk_warning(self, name: str, exc: BaseException) -> None:
+        """Warn once per file that it could not be written (a full disk); the run goes on."""
+        if any(e.startswith(f"{name}:") for e in self.disk_errors):
+            return
+        full = disk_full(exc)
+        cause = f"the disk is full ({full})" if full else f"{type(exc).__name__}: {str(exc)[:160]}"
+        self.disk_errors.append(f"{name}: {cause}")
+        then = "the run's result stands; its summary is only printed" if name == SUMMARY_FILE else \
+            "the run goes on without it (checkpoints are still tried)"
+        print(f"fasttrain: warning: could not write {self.run_dir / name}: {cause}; {then}", file=sys.stderr, flush=True)
+
+    def _guarded(self, name: str, write: Any) -> Any:
+        """Run `write()`; a write the file system refused (disk_write_error) becomes a warning and None."""
+        try:
+            return write()
+        except Exception as exc:  # noqa: BLE001 - only file-system errors are survivable; the rest re-raised
+            if not disk_write_error(exc):
+                raise
+            self._disk_warning(name, exc)
+            return None
 
     # -- files ---------------------------------------------------------------------------------
     def write_profile(self, profile: dict[str, Any], header: str = "") -> Path:
@@ -115,13 +156,13 @@ class RunLog:
         path = self.run_dir / PROFILE_FILE
         text = yaml.safe_dump(_clean(profile), sort_keys=False, default_flow_style=False)
         comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
-        _atomic_write(path, comment + text)
-        return path
+        return self._guarded(PROFILE_FILE, lambda: _atomic_write(path, comment + text))
 
-    def write_summary(self, summary: dict[str, Any]) -> Path:
+    def write_summary(self, summary: dict[str, Any]) -> Path | None:
+        """None when the disk refused it (warned; the summary still reaches the display and --json)."""
         path = self.run_dir / SUMMARY_FILE
-        _atomic_write(path, json.dumps(_clean(summary), indent=2, sort_keys=True) + "\n")
-        return path
+        return self._guarded(SUMMARY_FILE, lambda: _atomic_write(path, json.dumps(_clean(summary), indent=2,
+                                                                                  sort_keys=True) + "\n"))
 
     # -- metrics -------------------------------------------------------------------------------
     def log_step(self, record: dict[str, Any]) -> None:
@@ -135,13 +176,28 @@ class RunLog:
         if self._closed:
             raise RuntimeError("RunLog is closed")
         line = {"kind": kind, "time": time.time(), **record}
-        self._metrics.write(json.dumps(_clean(line), separators=(",", ":")) + "\n")
+        if self._metrics_ok:
+            self._write_row(json.dumps(_clean(line), separators=(",", ":")) + "\n")
         if self._tb_enabled:
             self._steps_logged += 1
             step = record.get("step")
             if kind == "epoch":
                 step = record.get("epoch", step)
             self._tb_put(kind, _scalars(record), int(step) if isinstance(step, (int, float)) else self._steps_logged)
+
+    def _write_row(self, text: str) -> None:
+        """Append one row; on a full disk cut the file back to its last whole row, warn once, stop writing it."""
+        try:
+            self._metrics.write(text)
+            self._metrics_size += len(text.encode("utf-8"))
+        except OSError as exc:
+            self._metrics_ok = False
+            self._disk_warning(METRICS_FILE, exc)
+            for cleanup in (self._metrics.close, lambda: os.truncate(self.metrics_path, self._metrics_size)):
+                try:  # close() drops what is left in the buffer (its flush fails again, the file is closed)
+                    cleanup()
+                except OSError:
+                    pass
 
     # -- TensorBoard, off the training thread -------------------------------------------------
     def _tb_put(self, kind: str, scalars: dict[str, float], step: int) -> None:
@@ -157,9 +213,11 @@ class RunLog:
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(log_dir=str(self.run_dir / TB_DIR), flush_secs=self._tb_flush_secs)
+            self._tb_hook = quiet_writer_threads()
+            writer = SummaryWriter(log_dir=str(self.run_dir / TB_DIR), flush_secs=self._tb_flush_secs,
+                                   purge_step=self._purge_step)
         except Exception as exc:  # noqa: BLE001 - no tensorboard: metrics.jsonl still has everything
-            self.tb_error = f"TensorBoard logging off: {exc.__class__.__name__}: {exc}"
+            self._tb_failed(exc)
         while True:
             item = self._tb_queue.get()
             if item is None:
@@ -168,10 +226,22 @@ class RunLog:
                 continue
             kind, scalars, step = item
             prefix = "train" if kind == "step" else "epoch"
-            for key, value in scalars.items():
-                writer.add_scalar(f"{prefix}/{key}", value, step)
+            try:
+                for key, value in scalars.items():
+                    writer.add_scalar(f"{prefix}/{key}", value, step)
+            except Exception as exc:  # noqa: BLE001 - the event file could not be written: metrics.jsonl goes on
+                self._tb_failed(exc)
+                writer = None
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001
+                self._tb_failed(exc)
+
+    def _tb_failed(self, exc: BaseException) -> None:
+        if disk_write_error(exc):
+            self._disk_warning(TB_DIR, exc)
+        self.tb_error = self.tb_error or f"TensorBoard logging off: {exc.__class__.__name__}: {exc}"
 
     def close(self) -> None:
         """Flush and close everything; joins the TensorBoard thread (safe to call twice)."""
@@ -181,7 +251,13 @@ class RunLog:
         if self._tb_queue is not None and self._tb_thread is not None:
             self._tb_queue.put(None)
             self._tb_thread.join(timeout=60)
-        self._metrics.close()
+        try:
+            self._metrics.close()
+        except OSError as exc:  # the last buffered row met a full disk
+            self._disk_warning(METRICS_FILE, exc)
+        if self._tb_hook is not None:
+            self._tb_hook()
+        self._lock.release()
 
     def __enter__(self) -> "RunLog":
         return self
@@ -190,11 +266,16 @@ class RunLog:
         self.close()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write to a temp file then rename: a reader never sees half a summary."""
+def _atomic_write(path: Path, text: str) -> Path:
+    """Write to a temp file then rename: a reader never sees half a summary; a failed write leaves no temp file."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
