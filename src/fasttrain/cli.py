@@ -49,6 +49,8 @@ def _root(
 ) -> None:
     if debug:
         os.environ["FASTTRAIN_DEBUG"] = "1"
+    from fasttrain.models.registry import stay_offline
+    stay_offline()  # before any command imports huggingface_hub or timm: fasttrain never downloads
 
 
 def _register() -> None:
