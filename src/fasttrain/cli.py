@@ -7,9 +7,28 @@ Exit codes (docs/architecture.md): 0 ok, 1 the job failed, 2 bad usage or input,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
-import typer
+
+def _stopped_before_training(signum: int, frame: object) -> None:
+    """SIGTERM/SIGINT to `fasttrain train` before its loop handles signals (train/early_stop.py): nothing to save."""
+    try:
+        sys.stdout.flush()  # what was printed so far (may fail when interrupted mid-write)
+    except Exception:  # noqa: BLE001
+        pass
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    os.write(2, f"fasttrain: stopped by {name} before training started; nothing to save\n".encode())
+    os._exit(130 if signum == signal.SIGINT else 128 + signum)  # 143: terminated, not a success
+
+
+# Armed first thing, before any heavy import, when this process is `fasttrain train` (not when imported).
+if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
+        [a for a in sys.argv[1:] if not a.startswith("-")][:1] == ["train"]:
+    signal.signal(signal.SIGTERM, _stopped_before_training)
+    signal.signal(signal.SIGINT, _stopped_before_training)
+
+import typer  # noqa: E402
 
 from fasttrain.train import launch
 from fasttrain.core.errors import JobFailed, UserError
@@ -30,6 +49,8 @@ def _root(
 ) -> None:
     if debug:
         os.environ["FASTTRAIN_DEBUG"] = "1"
+    from fasttrain.models.registry import stay_offline
+    stay_offline()  # before any command imports huggingface_hub or timm: fasttrain never downloads
 
 
 def _register() -> None:

@@ -111,6 +111,8 @@ def train_cmd(
                 out.print(line, markup=False)
         return
     if prep.args.launch is not None:  # this process is the agent: the workers train
+        from fasttrain.train import early_stop
+        early_stop.disarm()  # torch.distributed.run handles signals for its workers
         raise typer.Exit(_launch(prep))
     summary = train_run.execute(prep, display=_dashboard)
     if as_json and prep.is_main:

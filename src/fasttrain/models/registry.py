@@ -171,15 +171,32 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
                              hint or "any timm or torchvision name, or module:callable")])
 
 
+# fasttrain never downloads: set before huggingface_hub or timm is imported (cli.py's root callback).
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1"}
+
+
+def stay_offline() -> None:
+    """No network for Hugging Face Hub in this process: its offline switch is read when huggingface_hub is
+    imported, so this runs first; if it was imported already, its module-level switches are flipped too."""
+    os.environ.update(OFFLINE_ENV)
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+        constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
 def _timm_pretrained_offline(name: str, num_classes: int) -> Any:
+    stay_offline()
     import timm
-    os.environ["HF_HUB_OFFLINE"] = "1"  # never reach for the network: a cache hit or a clear error
     try:
         return timm.create_model(name, pretrained=True, num_classes=num_classes)
     except Exception as exc:  # noqa: BLE001 - timm raises many kinds when weights are absent
-        raise UserError([Problem("--pretrained", f"no cached weights for {name}: {type(exc).__name__}",
-                                 "nothing is downloaded at run time; put the weights in the Hugging Face cache "
-                                 "first, or drop --pretrained")]) from exc
+        missing = type(exc).__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "FileNotFoundError")
+        what = "in the local cache" if missing else f"that load from the local cache ({type(exc).__name__}: {exc})"
+        raise UserError([Problem("--pretrained", f"no pretrained weights for {name} {what}; fasttrain never "
+                                 "downloads", "fetch them once where there is network (python -c \"import timm; "
+                                 f"timm.create_model('{name}', pretrained=True)\") into the Hugging Face cache "
+                                 "(HF_HOME), or drop --pretrained")]) from None
 
 
 def timm_fixed_size(name: str) -> int | None:

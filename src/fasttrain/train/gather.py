@@ -10,6 +10,7 @@ Imported lazily by commands/train.py, so torch is imported only when a training 
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -146,6 +147,8 @@ def prepare(given: TrainArgs) -> Prepared:
     """Everything up to the plan; every bad input raises UserError before any training starts."""
     world = worker_world()
     args, resume_path, payload = final_args(given, world)
+    if not args.dry_run and (world is None or world.is_main):
+        check_runs_dir(args.runs_dir / args.run_name if resume_path is not None and args.run_name else args.runs_dir)
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
@@ -171,6 +174,34 @@ def prepare(given: TrainArgs) -> Prepared:
         from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+
+
+def check_runs_dir(target: Path) -> None:
+    """Before any data or model is loaded: the run folder's parent can be made and written (a probe file is
+    written and removed; folders made for it are removed again). Otherwise a UserError naming it."""
+    made: list[Path] = []
+    try:
+        missing, parent = [], target
+        while not parent.exists() and parent.parent != parent:
+            missing.append(parent)
+            parent = parent.parent
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        probe_file = target / f".fasttrain-write-probe-{os.getpid()}"
+        probe_file.write_bytes(b"")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UserError([Problem("--runs-dir", f"cannot create or write run folders in {str(target)!r} "
+                                 f"({exc.strerror or type(exc).__name__})",
+                                 "give --runs-dir DIR, a folder you can write (or run from a writable directory)")]) \
+            from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:

@@ -35,6 +35,7 @@ from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec, Profile
 from fasttrain.train.backoff import OomBackoff
 from fasttrain.train.checkpoint import load_model_state, restore_rng_states, rng_states
+from fasttrain.train.data_check import check_trained, skipped_so_far, validation_note
 from fasttrain.train.epoch_sums import EpochSums
 from fasttrain.train.events import Collaborators
 from fasttrain.train.optim import LRSchedule, build_optimizer
@@ -143,10 +144,14 @@ class Trainer:
         partial = partial or {}
         sums = EpochSums.resumed(partial, carry=self.dist is None or self.dist.is_main, device=self.device)
         self.pass_start = self.batch_in_epoch = first
-        it = iter(loader)
+        it, skips = iter(loader), skipped_so_far(loader)
         try:
             self._train_pass(it, epoch, first, n, sums)
-            return self._epoch_totals(epoch, partial, sums)
+            totals = self._epoch_totals(epoch, partial, sums)
+            skipped = skipped_so_far(loader) - skips  # samples lost to unreadable files: said, never a success
+            skipped = int(self.dist.sums(skipped)[0]) if self.dist is not None else skipped
+            check_trained(epoch, totals["train_images"], skipped, n - first, loader, self.last_good)
+            return totals
         finally:
             self.control.drain()
             close = getattr(it, "close", None)  # a generator over a DataLoader: shuts its workers down now,
@@ -309,7 +314,11 @@ class Trainer:
                 row: dict[str, Any] = {"epoch": epoch + 1, **self.train_epoch(
                     train_loader, epoch, first=first, partial=resume.get("partial") if first else None)}
                 if val_loader is not None:
+                    skips = skipped_so_far(val_loader)
                     row.update(self.validate(val_loader))
+                    note = validation_note(epoch, row, skipped_so_far(val_loader) - skips, val_loader)
+                    if note:
+                        self._warn(note)
                 row["lr"] = self.schedule.current()
                 if io.bad_files is not None:
                     row["bad_files"] = len(io.bad_files())

@@ -183,6 +183,8 @@ def _train(run: _Run, model: Any, listener: TrainListener) -> dict[str, Any]:
     stop = GracefulStop()
     trainer = _make_trainer(run, model, listener, stop)
     interrupted: Any = None
+    from fasttrain.train import early_stop
+    early_stop.disarm()  # from here the GracefulStop handles signals: finish the step, save, say how to resume
     try:
         with stop:
             result = trainer.fit(run.train_loader, run.val_loader, profile.optim.epochs,
