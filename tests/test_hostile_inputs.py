@@ -291,7 +291,7 @@ def test_home_that_cannot_hold_the_cache_is_exit_2(cli, tmp_path: Path, monkeypa
 
 
 def test_writable_cache_dir(tmp_path: Path) -> None:
-    from fasttrain.datasets.shapes import writable_cache_dir
+    from fasttrain.core.cache_dir import writable_cache_dir
     assert writable_cache_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
     assert list((tmp_path / "a" / "b").iterdir()) == []  # the write probe is gone
     (tmp_path / "f").write_text("")
@@ -438,3 +438,34 @@ def test_huge_counts_are_exit_2(cli) -> None:
     _one_error_line(cli("train", "--dry-run", "--data", "  "), "--data: blank data spec")
     _one_error_line(cli("train", "--dry-run", "--data", "a\x00b"), "--data: the data spec contains a NUL byte")
     _one_error_line(cli(*base, "--gpu", "T" * 5000), "--gpu: 5,000 characters long")
+
+
+# -- train itself makes the checks above (not only estimate and the options) -----------------------------------
+def test_train_refuses_an_image_size_the_model_cannot_take(cli) -> None:
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", "tiny_cnn", "--image-size", "1"),
+                    "--image-size", "cannot take 1 px", "tiny_cnn takes e.g.")
+
+
+def test_train_builds_a_vit_for_the_asked_size(cli) -> None:
+    result = cli("train", "--dry-run", "--data", "synthetic", "--model", "vit_tiny_patch16_224", "--image-size", "32")
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-1", "0"])
+def test_train_refuses_save_every_minutes_that_is_not_positive_and_finite(cli, minutes: str) -> None:
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--save-every-minutes", minutes),
+                    "--save-every-minutes: must be a positive, finite number of minutes")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**70)])
+def test_train_seed_option_refuses_what_the_rngs_refuse(cli, seed: str) -> None:
+    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--seed", seed), "--seed: must be a whole number")
+
+
+def test_batch_search_cache_in_a_file_is_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "cachefile"
+    blocker.write_text("x")
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(blocker))
+    from fasttrain.train.batch_search import cache_path
+    with pytest.raises(UserError, match="is a file, not a directory"):
+        cache_path()

@@ -39,7 +39,7 @@ def train_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
     pretrained: bool = typer.Option(False, "--pretrained", help="Start from locally cached timm weights "
                                     "(never downloads)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds data order, augmentation and initialisation."),
+    seed: int = options.seed_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the final summary."),
     as_json: bool = options.json_option(help="Print the plan (--dry-run) or the final summary as JSON; "
                                         "progress goes to stderr."),
@@ -58,9 +58,7 @@ def train_cmd(
     on_nan: str = typer.Option("stop", "--on-nan", metavar="stop|skip",
                                help="Non-finite loss/gradients: steps are always skipped; stop after 3 in a row "
                                     "(default) or keep skipping."),
-    save_every_minutes: Optional[float] = typer.Option(None, "--save-every-minutes", metavar="N",
-                                                       help="Also write last.pt mid-epoch every N minutes (for "
-                                                            "machines that vanish without a signal)."),
+    save_every_minutes: Optional[float] = options.save_every_minutes_option(),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", metavar="N", rich_help_panel="Several GPUs",
                                                  help="Data-parallel: start N processes on this machine (one per GPU; "
                                                       "gloo processes on a CPU) through torch.distributed.run."),
@@ -100,7 +98,8 @@ def train_cmd(
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
-        create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained)  # an unknown model fails here
+        create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained,  # an unknown model fails here
+                     image_size=prep.plan.image_size)
     if dry_run:
         view = train_prep.plan_view(prep)
         if as_json:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.cache_dir import writable_cache_dir
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.batch_math import (DEFAULT_MAX_BATCH, SearchResult, Trial, TrialFn, batch_and_accumulation,
@@ -33,9 +34,8 @@ CACHE_VERSION = 1
 
 # -- cache ---------------------------------------------------------------------------------------------
 def cache_path() -> Path:
-    env = os.environ.get("FASTTRAIN_CACHE")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "fasttrain"
-    return root / CACHE_FILE
+    """Where search results are kept: the fasttrain cache directory (core/cache_dir.py, checked writable)."""
+    return writable_cache_dir() / CACHE_FILE
 
 
 def cache_key(*, model: str, image_size: int, precision: str, channels_last: bool, optimizer: str, device_name: str,
@@ -69,7 +69,7 @@ def cached(key: str, path: Path | None = None) -> SearchResult | None:
 def store(key: str, result: SearchResult, path: Path | None = None) -> None:
     """Atomic read-modify-write (temp file + rename): a killed run never leaves a half-written cache."""
     path = path or cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writable_cache_dir(path.parent)
     data = load_cache(path)
     entry = result.to_dict()
     entry.update(from_cache=False, key=key, stored_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

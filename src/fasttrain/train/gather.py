@@ -10,6 +10,7 @@ Imported lazily by commands/train.py, so torch is imported only when a training 
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,7 @@ from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.hardware.report import HardwareReport
-from fasttrain.plan import Plan, make_plan
+from fasttrain.plan import Plan, check_image_size, make_plan
 from fasttrain.profiles import presets
 from fasttrain.profiles.presets import Resolved
 from fasttrain.train.batch_search import check_batch_option
@@ -132,12 +133,16 @@ def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, P
 
 
 def _check_values(args: TrainArgs) -> None:
-    for flag, value in (("--epochs", args.epochs), ("--image-size", args.image_size),
-                        ("--num-classes", args.num_classes), ("--save-every", args.save_every)):
+    for flag, value in (("--epochs", args.epochs), ("--num-classes", args.num_classes),
+                        ("--save-every", args.save_every)):
         if value is not None and value < 1:
             raise UserError([Problem(flag, "must be at least 1", value=value)])
-    if args.save_every_minutes is not None and args.save_every_minutes <= 0:
-        raise UserError([Problem("--save-every-minutes", "must be positive", value=args.save_every_minutes)])
+    if args.image_size is not None:
+        check_image_size(args.image_size)
+    minutes = args.save_every_minutes  # also a resumed run's saved value, which no option callback has seen
+    if minutes is not None and not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
+        raise UserError([Problem("--save-every-minutes", "must be a positive, finite number of minutes",
+                                 "e.g. --save-every-minutes 30", minutes)])
     from fasttrain.train.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
@@ -159,6 +164,8 @@ def prepare(given: TrainArgs) -> Prepared:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
                                  "drop --num-classes for image folders", args.num_classes)])
     model_name = args.model or _default_model(args.data, bundle.kind)
+    from fasttrain.models.registry import check_model_input
+    check_model_input(model_name, resolved.profile.loader.image_size, bundle.num_classes)  # on meta: no memory
     notes: list[str] = []
     if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
         resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)

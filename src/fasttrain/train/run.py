@@ -70,7 +70,8 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
     stream = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
     seed_everything(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = create_model(prep.model_name, prep.bundle.num_classes, pretrained=args.pretrained)
+    model = create_model(prep.model_name, prep.bundle.num_classes, pretrained=args.pretrained,
+                         image_size=prep.plan.image_size)
     train_loader, val_loader, epoch_sampler, batches = _open_data(prep, dist)
     run_dir = _run_dir(prep, dist)
     quiet = args.quiet or not main
