@@ -469,3 +469,10 @@ def test_batch_search_cache_in_a_file_is_one_line(cli, tmp_path: Path, monkeypat
     from fasttrain.train.batch_search import cache_path
     with pytest.raises(UserError, match="is a file, not a directory"):
         cache_path()
+
+
+@pytest.mark.parametrize("argv", [["train", "--dry-run"], ["estimate", "--model", "tiny_cnn", "--image-size", "32"],
+                                  ["doctor"]])
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_profile_is_refused_not_the_machine_default(cli, argv: list[str], value: str) -> None:
+    _one_error_line(cli(*argv, "--profile", value), "--profile: is empty")

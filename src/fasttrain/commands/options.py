@@ -24,8 +24,17 @@ BATCH_SIZE_HELP = ("Per-device batch: a number, or auto (the largest that runs a
 
 
 def profile_option(help: str = PROFILE_HELP) -> Any:
-    """--profile/-p NAME|FILE (default None: the preset that fits this machine)."""
-    return typer.Option(None, "--profile", "-p", metavar="NAME|FILE", help=help)
+    """--profile/-p NAME|FILE (default None: the preset that fits this machine); an empty value is refused."""
+    return typer.Option(None, "--profile", "-p", metavar="NAME|FILE", help=help, callback=_profile_callback)
+
+
+def _profile_callback(value: str | None) -> str | None:
+    """Leaving --profile out picks the preset for this machine; giving it empty is a mistake, not that."""
+    if value is not None and not value.strip():
+        raise UserError([Problem("--profile", "is empty", "give a preset name (fasttrain profiles list) or a path "
+                                 "to a .yaml file, or leave --profile out for the preset that fits this machine",
+                                 value)])
+    return value
 
 
 def set_option() -> Any:
