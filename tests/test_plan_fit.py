@@ -87,3 +87,84 @@ def test_profiles_show_reports_the_cap_as_a_note(cli) -> None:  # noqa: ANN001
     res = cli("profiles", "show", "aws-a10g", "--nproc-per-node", "4")
     assert res.code == 0, res.err
     assert "the plan runs 3 workers per process" in res.out + res.err
+
+
+# --- the whole training footprint against the machine the run uses (train/footprint.py) ---
+
+def small_ram_cpu(available_gib: float = 20) -> HardwareReport:
+    r = report("cpu_small_ram")  # 2 cores, 24 GiB, 20 GiB available: the machine the OOM killer hit
+    return r.model_copy(update={"memory": r.memory.model_copy(
+        update={"ram_available_bytes": int(available_gib * ar.GIB)})})
+
+
+def test_fit_micro_batch_keeps_the_effective_batch() -> None:
+    from fasttrain.plan import fit_micro_batch
+    assert fit_micro_batch(256, 1, lambda b: b <= 300) == (256, 1)
+    assert fit_micro_batch(256, 1, lambda b: b <= 100) == (64, 4)
+    assert fit_micro_batch(256, 2, lambda b: b <= 128) == (128, 4)
+    assert fit_micro_batch(96, 1, lambda b: b <= 40) == (32, 3)    # divisors only: 96 = 32 x 3
+    assert fit_micro_batch(7, 1, lambda b: b <= 3) == (1, 7)
+    assert fit_micro_batch(256, 1, lambda b: False) is None
+
+
+def test_the_decision_on_fixed_footprints() -> None:
+    from fasttrain.train.footprint import Limit, fit
+    plan = make_plan(a10g(), small_ram_cpu())
+    gib = ar.GIB
+    micro, acc, note = fit(plan, [Limit("RAM", 20 * gib, lambda b: int(gib + b * 0.16 * gib))])
+    assert (micro, acc) == (64, 4)
+    assert note == ("batch 256 does not fit in 20.0 GiB of RAM (needs ~42.0 GiB): micro-batch 64 x 4 accumulation "
+                    "steps, effective batch 256 and LR unchanged")
+    assert fit(plan, [Limit("RAM", 20 * gib, lambda b: b)]) == (256, 1, None)
+    # a resumed checkpoint's split is kept when it still fits (a resume must not change the micro-batch)
+    assert fit(plan, [Limit("RAM", 20 * gib, lambda b: b)], prefer=(128, 2)) == (128, 2, None)
+    assert fit(plan, [Limit("RAM", 20 * gib, lambda b: int(gib + b * 0.16 * gib))], prefer=(128, 2))[:2] == (64, 4)
+    assert fit(plan, [Limit("RAM", 20 * gib, lambda b: b)], prefer=(128, 4)) == (256, 1, None)
+    with pytest.raises(UserError, match=r"not even batch 1 fits in 3.0 GiB of GPU memory \(needs ~4.0 GiB; batch 256"):
+        fit(plan, [Limit("RAM", 20 * gib, lambda b: b), Limit("GPU memory", 3 * gib, lambda b: 4 * gib + b)])
+
+
+def test_gpu_memory_and_a_small_host_are_both_checked() -> None:
+    from fasttrain.estimate import calibration
+    from fasttrain.train.footprint import fit, limits
+    constants = calibration.load()["memory"]
+    r50 = (25_557_032, 42.0 * ar.MIB)  # resnet50 at 224 px, fp16 activations per sample (meta count)
+    plan = make_plan(a10g(), report("a10g"))
+    assert fit(plan, limits(plan, a10g(), report("a10g"), *r50, constants))[:2] == (256, 1)  # 12.8 of 22.5 GiB
+    laptop = report("rtx4060_laptop")
+    plan = make_plan(a10g(), laptop)
+    micro, acc, note = fit(plan, limits(plan, a10g(), laptop, *r50, constants))
+    assert micro * acc == 256 and micro < 256 and "of GPU memory" in note
+    small = report("a10g")
+    small = small.model_copy(update={"memory": small.memory.model_copy(
+        update={"ram_total_bytes": 16 * ar.GIB, "ram_available_bytes": 8 * ar.GIB})})
+    plan = make_plan(a10g(), small)
+    micro, acc, note = fit(plan, limits(plan, a10g(), small, *r50, constants))
+    assert micro * acc == 256 and micro < 256 and "GiB of RAM" in note
+
+
+def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr("fasttrain.train.gather.probe", small_ram_cpu)
+    res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--epochs", "90",
+              "--dry-run")
+    assert res.code == 0, res.err
+    assert "batch        128 per device x 2 accumulation x 1 devices = effective batch 256" in res.out
+    assert "scaled LR 0.5," in res.out
+    assert ("note         batch 256 does not fit in 20.0 GiB of RAM (needs ~25.8 GiB): micro-batch 128 x 2 "
+            "accumulation steps, effective batch 256 and LR unchanged") in res.out
+    from fasttrain.train import footprint
+    assert ("resnet50", 224, 10, "fp32") in footprint._COUNTS  # counted once per process
+    monkeypatch.setattr("fasttrain.train.gather.probe", lambda: small_ram_cpu(available_gib=1.5))
+    res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--dry-run")
+    assert res.code == 2 and "Traceback" not in res.err
+    assert "not even batch 1 fits in 1.5 GiB of RAM" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_a_batch_that_fits_is_unchanged(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr("fasttrain.train.gather.probe", small_ram_cpu)
+    res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--dry-run",
+              "--set", "loader.batch_size=64", "--json")
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)["plan"]
+    assert (plan["batch_size"], plan["accumulation_steps"]) == (64, 1)
+    assert not any("does not fit" in n for n in plan["notes"])

@@ -6,6 +6,7 @@ why (device, precision after fallbacks, workers after caps). `train --dry-run` p
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from fasttrain.core import arithmetic as ar
@@ -30,6 +31,16 @@ def check_image_size(image_size: object, where: str = "--image-size") -> int:
         raise UserError([Problem(where, f"larger than {MAX_IMAGE_SIZE} px", "training crops are usually 32-1024 px; "
                                  "e.g. --image-size 224", image_size)])
     return image_size
+
+
+def fit_micro_batch(batch: int, accumulation: int, fits: Callable[[int], bool]) -> tuple[int, int] | None:
+    """The largest micro-batch that divides `batch` and `fits`, with the accumulation that keeps the effective
+    batch -> (micro-batch, accumulation steps); (batch, accumulation) when it fits already; None when not even
+    batch 1 fits. Pure (`fits` is a footprint test, e.g. train/footprint.py's). 256 -> 128 x 2 -> 64 x 4 ..."""
+    for split in range(1, batch + 1):
+        if batch % split == 0 and fits(batch // split):
+            return batch // split, accumulation * split
+    return None
 
 
 @dataclass
