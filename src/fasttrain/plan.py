@@ -6,6 +6,7 @@ why (device, precision after fallbacks, workers after caps). `train --dry-run` p
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from fasttrain.core import arithmetic as ar
@@ -30,6 +31,16 @@ def check_image_size(image_size: object, where: str = "--image-size") -> int:
         raise UserError([Problem(where, f"larger than {MAX_IMAGE_SIZE} px", "training crops are usually 32-1024 px; "
                                  "e.g. --image-size 224", image_size)])
     return image_size
+
+
+def fit_micro_batch(batch: int, accumulation: int, fits: Callable[[int], bool]) -> tuple[int, int] | None:
+    """The largest micro-batch that divides `batch` and `fits`, with the accumulation that keeps the effective
+    batch -> (micro-batch, accumulation steps); (batch, accumulation) when it fits already; None when not even
+    batch 1 fits. Pure (`fits` is a footprint test, e.g. train/footprint.py's). 256 -> 128 x 2 -> 64 x 4 ..."""
+    for split in range(1, batch + 1):
+        if batch % split == 0 and fits(batch // split):
+            return batch // split, accumulation * split
+    return None
 
 
 @dataclass
@@ -96,18 +107,47 @@ def _compile(profile: Profile, report: HardwareReport) -> tuple[bool, str]:
     return True, "asked"
 
 
-def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int, str]:
+def cores_per_process_workers(cores: int, processes_per_node: int) -> int:
+    """Loader workers one of N processes on a machine can have: its share of the cores minus its own main
+    process (16 cores, 4 processes -> 3). Pure."""
+    return max(0, cores // max(processes_per_node, 1) - 1)
+
+
+def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int, str, str | None]:
+    """-> (workers per process, why, a plan note when several processes on this machine had to share it)."""
     asked = profile.loader.num_workers
+    per_node = profile.world.gpus_per_node
+    if per_node > 1:
+        return _shared_workers(profile, report, budget)
     workers, reasons = asked, []
     if workers > report.cores:
         workers = report.cores
         reasons.append(f"capped at the {report.cores} cores of this machine")
-    fitted = ar.workers_within_budget(workers, profile.loader.prefetch_factor, profile.batch_bytes, budget,
-                                      profile.world.gpus_per_node)
+    fitted = ar.workers_within_budget(workers, profile.loader.prefetch_factor, profile.batch_bytes, budget, per_node)
     if workers and fitted < workers:
         workers = fitted
         reasons.append(f"capped to keep loader RAM inside the {fmt_bytes(budget)} budget")
-    return workers, "; ".join(reasons) or "asked"
+    return workers, "; ".join(reasons) or "asked", None
+
+
+def _shared_workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int, str, str | None]:
+    """N processes on one machine share its cores and its loader RAM budget: workers per process are capped
+    by both (a preset's worker count is for one GPU). Refused only when not even 0 workers fit."""
+    asked = profile.loader.num_workers
+    per_node = profile.world.gpus_per_node
+    one = profile.batch_bytes
+    if ar.loader_ram_bytes(0, None, one, per_node) > budget:
+        raise UserError([Problem(
+            "loader.batch_size", f"{per_node} processes each holding one batch of {fmt_bytes(one)} need "
+            f"{fmt_bytes(one * per_node)} of host RAM, over the {fmt_bytes(budget)} loader budget even with 0 workers",
+            "lower loader.batch_size or --nproc-per-node, or raise hardware.ram_budget_fraction",
+            profile.loader.batch_size)])
+    by_cores = min(asked, cores_per_process_workers(report.cores, per_node))
+    workers = ar.workers_within_budget(by_cores, profile.loader.prefetch_factor, one, budget, per_node)
+    if workers >= asked:
+        return asked, "asked", None
+    share = f"{per_node} processes share {report.cores} cores and the {fmt_bytes(budget)} loader budget"
+    return workers, share, f"workers {asked} -> {workers} per process: {share}"
 
 
 def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None,
@@ -128,10 +168,10 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
     precision, precision_reason = _precision(profile, report, cuda)
     compile_on, compile_reason = _compile(profile, report)
     budget = ar.ram_budget_bytes(report.memory.ram_total_bytes / ar.GIB, profile.hardware.ram_budget_fraction)
-    workers, workers_reason = _workers(profile, report, budget)
+    workers, workers_reason, workers_note = _workers(profile, report, budget)
     gpu = report.training_gpu()
     tf32 = profile.speed.tf32 and cuda and bool(gpu and gpu.tf32_supported)
-    notes = []
+    notes = [workers_note] if workers_note else []
     if profile.speed.tf32 and not tf32:
         notes.append("TF32 off: needs an Ampere or newer GPU")
     if profile.loader.pin_memory and not cuda:

@@ -103,10 +103,15 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     one = ar.batch_bytes(batch, size, overhead=overhead)
     used = ar.loader_ram_bytes(workers, prefetch, one, per_node)
     budget = ar.ram_budget_bytes(ram, fraction)
-    if used <= budget:
-        return
     pf = prefetch or 2
     procs = f" x {per_node} processes" if per_node > 1 else ""
+    over = (f"loader RAM {workers} workers x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
+            f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} ({fraction:.0%} of {ram:g} GiB host RAM)")
+    if per_node > 1:
+        _shared_loader(data, problems, workers, pf, one, used, budget, over)
+        return
+    if used <= budget:
+        return
     fit_workers = ar.workers_within_budget(workers, pf, one, budget, per_node)
     fit_prefetch = next((p for p in range(pf - 1, 0, -1)
                          if ar.loader_ram_bytes(workers, p, one, per_node) <= budget), 0)
@@ -116,9 +121,25 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     if fit_prefetch:
         options.append(f"loader.prefetch_factor to {fit_prefetch} or less")
     fix = " or ".join(options) if options else "lower loader.batch_size, num_workers and prefetch_factor"
-    problems.add(
-        "loader.num_workers",
-        f"loader RAM {workers} workers x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
-        f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} "
-        f"({fraction:.0%} of {ram:g} GiB host RAM): the host runs out of memory",
-        fix, workers)
+    problems.add("loader.num_workers", f"{over}: the host runs out of memory", fix, workers)
+
+
+def _shared_loader(data: Mapping[str, Any], problems: Problems, workers: int, pf: int, one: int, used: int,
+                   budget: int, over: str) -> None:
+    """Several processes on one machine: the plan caps workers per process by the cores and the loader RAM
+    budget they share (plan._shared_workers), so a cap is a note; only what 0 workers cannot fix is an error."""
+    per_node = _int(_get(data, "world.gpus_per_node"))
+    cores = _int(_get(data, "hardware.cpu_cores"))
+    if ar.loader_ram_bytes(0, None, one, per_node) > budget:
+        problems.add("loader.batch_size", f"{over}: even with 0 workers the {per_node} processes' batches "
+                     f"({fmt_bytes(one * per_node)}) do not fit", "lower loader.batch_size or world.gpus_per_node",
+                     _get(data, "loader.batch_size"))
+        return
+    by_cores = workers if cores is None else min(workers, max(0, cores // per_node - 1))
+    fitted = ar.workers_within_budget(by_cores, pf, one, budget, per_node)
+    if fitted >= workers:
+        return
+    why = over if used > budget else f"{per_node} processes x {workers} workers on {cores} cores"
+    problems.add("loader.num_workers", f"{why}: the plan runs {fitted} workers per process ({per_node} processes "
+                 f"share {cores} cores and the {fmt_bytes(budget)} loader budget)",
+                 f"allowed; set loader.num_workers={fitted} to say so", workers, severity="note")

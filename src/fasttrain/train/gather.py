@@ -170,9 +170,12 @@ def prepare(given: TrainArgs) -> Prepared:
     if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
         resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
         notes.append(auto_note)
+    plan = _make_plan(resolved.profile, report, bundle.train_size, notes)
+    _check_world(plan, resolved.profile, report, launched=world is not None or args.launch is not None)
+    if args.batch_size is None or check_batch_option(args.batch_size) is not None:  # auto already sized it here
+        resolved, plan = _fit_memory(args, ref, resolved, plan, report, model_name, bundle, world, notes,
+                                     _saved_split(payload))
     profile = resolved.profile
-    plan = _make_plan(profile, report, bundle.train_size, notes)
-    _check_world(plan, profile, report, launched=world is not None or args.launch is not None)
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
                                  "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
@@ -214,6 +217,34 @@ def check_runs_dir(target: Path) -> None:
 def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
     """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
     return make_plan(profile, report, dataset_size=dataset_size, extra_notes=tuple(notes))
+
+
+def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, report: HardwareReport, model_name: str,
+                bundle: Any, world: WorkerWorld | None, notes: list[str],
+                prefer: tuple[int, int] | None) -> tuple[Resolved, Plan]:
+    """The whole training footprint against this machine (footprint.py, on the meta device): a batch that does
+    not fit becomes micro-batches with accumulation (same effective batch and LR), re-resolved with its provenance
+    so profile and plan agree; one that cannot fit is refused. A launching process hands its result to its workers."""
+    from fasttrain.train import footprint
+    micro, accumulation, note = footprint.check(plan, resolved.profile, report, model_name, bundle.num_classes,
+                                                worker=world is not None, prefer=prefer)
+    if (micro, accumulation) != (plan.batch_size, plan.accumulation_steps):
+        source = "memory fit"
+        flags = {**flag_overrides(args, world), "loader.batch_size": (source, micro),
+                 "optim.accumulation_steps": (source, accumulation)}
+        resolved = presets.resolve(ref, sets=args.sets, flags=flags)
+        plan = _make_plan(resolved.profile, report, bundle.train_size, [*notes, *([note] if note else [])])
+    if args.launch is not None and not args.dry_run:
+        os.environ[footprint.HANDOFF_ENV] = f"{plan.batch_size},{plan.accumulation_steps}"
+    return resolved, plan
+
+
+def _saved_split(payload: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The (micro-batch, accumulation) a resumed checkpoint trained with, if it recorded them."""
+    saved = (payload or {}).get("plan") or {}
+    batch, accumulation = saved.get("batch_size"), saved.get("accumulation_steps")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, accumulation))
+    return (batch, accumulation) if ok else None
 
 
 def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
