@@ -72,8 +72,10 @@ def estimate_cmd(
     prof = resolved.profile
     if data is not None:
         count, sample = g.sample_data(data, prof)
-        req.dataset_size, req.dataset_size_source, req.loader = count, f"--data ({count:,} image files)", sample
+        req.dataset_size, req.loader = count, sample
+        req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu)
+    g.check_full_batch(target.plan)
     if auto_note:
         target.plan.notes.append(auto_note)
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,

@@ -176,6 +176,17 @@ def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, g
     return fc, target
 
 
+def check_full_batch(plan: Plan) -> None:
+    """The same refusal as `train`: a batch larger than the training set leaves an epoch with no full batch
+    (drop_last), so there is nothing to forecast; exit 2 instead of printing 0 iterations."""
+    if plan.iterations_per_epoch == 0:
+        devices = f" x {plan.world_size} devices" if plan.world_size > 1 else ""
+        raise UserError([Problem("loader.batch_size", f"larger than the {plan.dataset_size} training samples"
+                                 f"{' (batch ' + str(plan.batch_size) + devices + ')' if devices else ''}, "
+                                 "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
+                                 plan.batch_size)])
+
+
 def sample_data(data: Path, profile: Profile) -> tuple[int, LoaderSample]:
     from fasttrain.estimate import loader_sample
     count, files = loader_sample.scan(data)

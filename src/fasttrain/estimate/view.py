@@ -7,8 +7,6 @@ from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration
 
 
-
-
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
     return "unknown" if value is None else fmt.format(value) + unit
 
@@ -24,6 +22,13 @@ def _table(title: str):
     table.add_column("value", style="bold", justify="right")
     table.add_column("working", style="dim")
     return table
+
+
+def _feed_words(ld: dict[str, Any]) -> str:
+    """Whether the measured loader keeps up; without a compute speed to compare with, say so (never "None")."""
+    if ld.get("keeps_up") is None or ld.get("workers_needed") is None:
+        return "compute speed unknown: cannot say whether it keeps up"
+    return "keeps up" if ld["keeps_up"] else f"needs {ld['workers_needed']} workers"
 
 
 def render_forecast(fc: Forecast, out: Any, header: str) -> None:
@@ -88,8 +93,7 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
     t.add_row("workers", f"{ld['workers']}", f"{ld['total_workers']} in the whole job")
     if ld["measured"]:
         t.add_row("per worker", _num(ld["images_per_s_per_worker"], "{:,.0f}", " images/s"), ld["source"])
-        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"),
-                  "keeps up" if ld.get("keeps_up") else f"needs {ld.get('workers_needed')} workers")
+        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"), _feed_words(ld))
     else:
         t.add_row("per worker", "not measured", "give --data DIR to sample decode + augment speed")
     out.print(t)

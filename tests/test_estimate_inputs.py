@@ -1,0 +1,62 @@
+"""`fasttrain estimate` on real inputs: the training split of --data, batches larger than the data,
+--set loader.num_workers=0, --measure labelled with its device, --gpu priced from the price file."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TINY = ["--model", "tiny_cnn", "--image-size", "16", "--num-classes", "10"]
+
+
+def _folder(root: Path, splits: dict[str, int], classes: tuple[str, ...] = ("a", "b")) -> Path:
+    """root/<split>/<class>/*.png with `n` images per class ("" as split: class folders directly in root)."""
+    from PIL import Image
+    for split, n in splits.items():
+        for cls in classes:
+            d = root / split / cls
+            d.mkdir(parents=True)
+            for i in range(n):
+                Image.new("RGB", (20, 20), (i * 5 % 255, 80, 120)).save(d / f"{i}.png")
+    return root
+
+
+def _json(result) -> dict:
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_data_counts_the_training_split_not_val(cli, tmp_path) -> None:
+    data = _folder(tmp_path, {"train": 45, "val": 15})        # 90 training images, 30 validation
+    d = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--set", "loader.batch_size=32", "--data", str(data),
+                  "--json"))
+    assert d["forecast"]["schedule"]["dataset_size"] == 90
+    assert d["forecast"]["schedule"]["iterations_per_epoch"] == 2
+    assert "90 training images" in d["dataset_size_source"]
+
+
+def test_data_in_one_tree_counts_what_train_keeps_after_its_split(cli, tmp_path) -> None:
+    from fasttrain.datasets.image_folder import find_splits
+    data = _folder(tmp_path, {"": 20})
+    _classes, train, _val = find_splits(data, seed=0, val_fraction=0.1)
+    d = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--set", "loader.batch_size=4", "--data", str(data),
+                  "--json"))
+    assert d["forecast"]["schedule"]["dataset_size"] == len(train) == 36
+
+
+def test_a_batch_larger_than_the_data_exits_2_like_train(cli, tmp_path) -> None:
+    data = _folder(tmp_path, {"train": 45, "val": 15})
+    r = cli("estimate", "--profile", "aws-a10g", "--model", "resnet18", "--data", str(data))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.strip().splitlines() == [
+        "fasttrain: error: loader.batch_size: larger than the 90 training samples, so an epoch has no full batch "
+        "(got 256); lower it with --set loader.batch_size=N"]
+    r = cli("estimate", "--profile", "aws-a10g", *TINY, "--dataset-size", "100")
+    assert r.code == 2 and "larger than the 100 training samples" in r.err
+
+
+def test_loader_words_never_print_none(cli, tmp_path) -> None:
+    data = _folder(tmp_path, {"train": 45, "val": 15})
+    r = cli("estimate", "--profile", "aws-a10g", *TINY, "--set", "loader.batch_size=32", "--data", str(data))
+    assert r.code == 0, r.err
+    assert "None" not in r.out and "iterations per epoch           0" not in r.out
+    assert "compute speed unknown: cannot say whether it keeps up" in r.out   # the A10G has no tensor peak on file
