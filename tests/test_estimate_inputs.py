@@ -60,3 +60,35 @@ def test_loader_words_never_print_none(cli, tmp_path) -> None:
     assert r.code == 0, r.err
     assert "None" not in r.out and "iterations per epoch           0" not in r.out
     assert "compute speed unknown: cannot say whether it keeps up" in r.out   # the A10G has no tensor peak on file
+
+
+def test_no_workers_accepts_the_presets_prefetch_and_persistent_with_a_note(cli) -> None:
+    r = cli("estimate", "--profile", "aws-a10g", *TINY, "--set", "loader.num_workers=0")
+    assert r.code == 0, r.err
+    assert "note: loader.num_workers=0: prefetch_factor and persistent_workers ignored: no worker processes" in r.out
+    d = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--set", "loader.num_workers=0", "--json"))
+    assert any("ignored: no worker processes" in n for n in d["plan_notes"])
+    assert d["forecast"]["loader"]["workers"] == 0
+
+
+def test_no_workers_plan_and_dataloader_get_no_prefetch_or_persistent(tmp_path) -> None:
+    """torch's DataLoader refuses prefetch_factor / persistent_workers without workers: the plan drops them."""
+    import json as _j
+    from conftest import FIXTURES
+    from fasttrain.datasets.build import build_datasets
+    from fasttrain.datasets.loaders import build_loaders
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import make_plan
+    from fasttrain.profiles import presets
+    res = presets.resolve("kaggle-t4", env={}, sets=["loader.num_workers=0", "loader.batch_size=4",
+                                                     "loader.image_size=16", "loader.pin_memory=false"])
+    assert [n.line() for n in res.notes] == [
+        "loader.num_workers=0: prefetch_factor and persistent_workers ignored: no worker processes"]
+    machine = HardwareReport.model_validate(_j.loads((FIXTURES / "reports" / "a10g.json").read_text()))
+    plan = make_plan(res.profile, machine, dataset_size=18)
+    assert plan.workers == 0 and plan.prefetch_factor is None and plan.persistent_workers is False
+    bundle = build_datasets(str(_folder(tmp_path, {"": 10})), image_size=16, augment=res.profile.augment)
+    train, _val = build_loaders(bundle, plan, seed=0)
+    assert train.loader.num_workers == 0 and train.loader.prefetch_factor is None
+    assert train.loader.persistent_workers is False
+    assert next(iter(train))[0].shape[0] == 4

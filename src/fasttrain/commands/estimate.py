@@ -78,8 +78,9 @@ def estimate_cmd(
     g.check_full_batch(target.plan)
     if auto_note:
         target.plan.notes.append(auto_note)
+    notes = [n.line() for n in resolved.notes] + target.plan.notes   # the profile's notes, then the plan's
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
-                               "forecast": fc.to_dict(), "plan_notes": target.plan.notes}
+                               "forecast": fc.to_dict(), "plan_notes": notes}
     measured = _measure(prof, req, local, measure_steps) if measure else None
     if measured is not None:
         payload["measure"] = measured
@@ -97,8 +98,8 @@ def estimate_cmd(
     r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
                                f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
                                f"data: {req.dataset_size_source}")
-    for note in target.plan.notes:
-        out.print(f"note: {note}")
+    for note in notes:
+        out.print(f"note: {note}", highlight=False)
     if measured is not None:
         r.render_measure(measured, out)
     if rows is not None:
