@@ -92,3 +92,26 @@ def test_no_workers_plan_and_dataloader_get_no_prefetch_or_persistent(tmp_path) 
     assert train.loader.num_workers == 0 and train.loader.prefetch_factor is None
     assert train.loader.persistent_workers is False
     assert next(iter(train))[0].shape[0] == 4
+
+
+def test_measure_table_says_which_device_its_forecast_is_for(cli) -> None:
+    r = cli("estimate", "--profile", "kaggle-t4", *TINY, "--set", "loader.batch_size=8", "--measure",
+            "--measure-steps", "1")
+    assert r.code == 0, r.err
+    assert "on T4 (as the profile describes it)" in r.out
+    from fasttrain.hardware import machine
+    if machine.probe().training_gpu() is None:   # a CPU-only machine: the measurement runs on this CPU
+        assert ("--measure: the forecast above is for T4; the steps run on this CPU, so the table below compares a "
+                "forecast for this CPU with the measurement") in " ".join(r.out.split())
+        assert "forecast for this CPU (the measurement runs here)" in r.out
+        assert "forecast (this CPU)" in r.out
+    assert r.out.index("bottleneck:") < r.out.index("--measure: the forecast above is for T4")
+
+
+def test_measure_titles_are_plain_without_another_device() -> None:
+    from fasttrain.estimate.view import measure_titles
+    apart, title, column = measure_titles({"forecast_for": "this CPU"}, None)
+    assert apart is None and title.startswith("forecast for this CPU (the measurement runs here)")
+    assert column == "forecast (this CPU)"
+    apart, _t, column = measure_titles({"forecast_for": "this machine's T4"}, "A100 80GB SXM4")
+    assert apart.startswith("--measure: the forecast above is for A100 80GB SXM4; the steps run on this machine's T4")

@@ -101,7 +101,7 @@ def estimate_cmd(
     for note in notes:
         out.print(f"note: {note}", highlight=False)
     if measured is not None:
-        r.render_measure(measured, out)
+        r.render_measure(measured, out, None if target.where == "this machine" else fc.device["name"])
     if rows is not None:
         r.render_compare(rows, what or "presets", out)
 
@@ -134,6 +134,7 @@ def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     peak = fc.memory.total - fc.memory.workspace if on_gpu else fc.memory.total + fc.host_ram.processes
     return {
         "device": fc.device["name"], "steps": steps,
+        "forecast_for": "this CPU" if fc.device["kind"] == "cpu" else f"this machine's {fc.device['name']}",
         "forecast": {"images_per_s": fc.speed["images_per_s_per_device"], "step_time_s": fc.speed["step_time_s"],
                      "peak_memory_bytes": peak},
         "measured": got,

@@ -127,10 +127,27 @@ def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
             out.print(f"{r['name']}: unknown {'; '.join(r['unknown'])}")
 
 
-def render_measure(result: dict[str, Any], out: Any) -> None:
+def measure_titles(result: dict[str, Any], forecast_device: str | None) -> tuple[str | None, str, str]:
+    """(a line separating the --measure table from a forecast for another device, or None; the table's title;
+    its forecast column). --measure runs HERE, so its forecast is for this machine, whatever the profile's GPU."""
+    here = result["forecast_for"]
+    apart = None
+    if forecast_device is not None:
+        apart = (f"--measure: the forecast above is for {forecast_device}; the steps run on {here}, so the table "
+                 f"below compares a forecast for {here} with the measurement (it checks the method, not the "
+                 f"{forecast_device} numbers)")
+    title = (f"forecast for {here} (the measurement runs here) vs measured here "
+             "(synthetic data, the train step code)")
+    return apart, title, f"forecast ({here})"
+
+
+def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None = None) -> None:
     from rich.table import Table
-    table = Table(title="forecast vs measured here (synthetic data, the train step code)", title_justify="left")
-    for col in ("quantity", "forecast", "measured", "measured / forecast"):
+    apart, title, column = measure_titles(result, forecast_device)
+    if apart:
+        out.print(apart, highlight=False)
+    table = Table(title=title, title_justify="left")
+    for col in ("quantity", column, "measured", "measured / forecast"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for key, label, fmt in (("images_per_s", "images/s", "{:,.1f}"), ("step_time_s", "step time (s)", "{:.3f}"),
                             ("peak_memory_bytes", "peak memory", None)):
