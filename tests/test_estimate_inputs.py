@@ -115,3 +115,50 @@ def test_measure_titles_are_plain_without_another_device() -> None:
     assert column == "forecast (this CPU)"
     apart, _t, column = measure_titles({"forecast_for": "this machine's T4"}, "A100 80GB SXM4")
     assert apart.startswith("--measure: the forecast above is for A100 80GB SXM4; the steps run on this machine's T4")
+
+
+def test_gpu_flag_is_priced_from_the_price_file_not_the_profile(cli) -> None:
+    cost = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "A100 80GB", "--json"))["forecast"]["cost"]
+    assert cost["price_on_demand_per_hour"] == 2.45 and cost["price_spot_per_hour"] == 1.39   # not the A10G's 1.624
+    assert cost["price_source"] == "data/gpu_prices.csv: RunPod, per GPU"
+    r = cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "A100 80GB")
+    assert "at $2.45/h x 1 machine(s)" in r.out and "$1.62/h" not in r.out
+    four = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "A100 80GB", "--set",
+                     "world.gpus_per_node=4", "--json"))["forecast"]["cost"]
+    assert four["price_on_demand_per_hour"] == 4 * 2.45   # a machine of 4 such GPUs
+
+
+def test_a_gpu_without_a_price_row_is_priced_unknown(cli) -> None:
+    d = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "V100", "--json"))["forecast"]
+    assert d["cost"]["price_on_demand_per_hour"] is None and d["cost"]["on_demand_per_run"] is None
+    assert "hourly price of V100 SXM2 16GB (no row in data/gpu_prices.csv)" in d["unknown"]
+    r = cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "V100")
+    assert "no hourly price for V100 SXM2 16GB" in r.out and "$1.62" not in r.out
+
+
+def test_the_profiles_own_gpu_keeps_the_profiles_price(cli) -> None:
+    for args in ([], ["--gpu", "A10G"]):
+        cost = _json(cli("estimate", "--profile", "aws-a10g", *TINY, *args, "--json"))["forecast"]["cost"]
+        assert cost["price_on_demand_per_hour"] == 1.624 and cost["price_source"] == "profile aws-a10g"
+
+
+def test_compare_gpus_prices_each_gpu_from_the_file(cli) -> None:
+    from fasttrain.estimate.prices import load_prices
+    rows = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--compare", "gpus", "--json"))["compare"]["rows"]
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["V100 SXM2 16GB"]["on_demand_per_run"] is None
+    priced = [r for r in rows if r["on_demand_per_run"] is not None]
+    assert {r["name"] for r in priced} <= set(load_prices()) | {"A10G (AWS g5)"}
+
+
+def test_price_file_rows_name_known_gpus_and_cite_sources() -> None:
+    from fasttrain.estimate.prices import GpuPrice, load_prices, machine_prices
+    from fasttrain.hardware.gpus import gpu_names
+    rows = load_prices()
+    assert rows and set(rows) <= set(gpu_names())
+    for row in rows.values():
+        assert row.on_demand_per_hour is None or row.on_demand_per_hour > 0
+        assert row.spot_per_hour is None or 0 < row.spot_per_hour <= (row.on_demand_per_hour or 1e9)
+        assert "https://" in row.source and row.provider
+    assert machine_prices(None, 8) == (None, None)
+    assert machine_prices(GpuPrice("x", 2.0, None, "p", "s"), 4) == (8.0, None)

@@ -98,17 +98,33 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
         t.add_row("per worker", "not measured", "give --data DIR to sample decode + augment speed")
     out.print(t)
 
-    c = fc.cost
-    if c["price_on_demand_per_hour"] is not None or c["price_spot_per_hour"] is not None:
-        t = _table("cost")
-        t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
-                  f"at {_usd(c['price_on_demand_per_hour'])}/h x {c['machines']} machine(s)")
-        t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
-                  f"at {_usd(c['price_spot_per_hour'])}/h")
-        out.print(t)
+    _render_cost(fc, out)
     out.print(f"[bold]bottleneck:[/] {fc.bottleneck['name']}: {fc.bottleneck['evidence']}")
     for u in fc.unknown:
         out.print(f"unknown: {u}")
+
+
+def _render_cost(fc: Forecast, out: Any) -> None:
+    """Cost at the hourly prices of the machine forecast; a GPU without a price says unknown, never another's."""
+    c = fc.cost
+    priced = c["price_on_demand_per_hour"] is not None or c["price_spot_per_hour"] is not None
+    if not priced and fc.device["kind"] != "gpu":
+        return
+    t = _table("cost")
+    if not priced:
+        t.add_row("price", "unknown", f"no hourly price for {fc.device['name']}")
+    else:
+        t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
+                  f"at {_price(c['price_on_demand_per_hour'])} x {c['machines']} machine(s)")
+        t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
+                  f"at {_price(c['price_spot_per_hour'])}")
+        if c.get("price_source"):
+            t.add_row("prices from", "", c["price_source"])
+    out.print(t)
+
+
+def _price(per_hour: float | None) -> str:
+    return "unknown $/h" if per_hour is None else f"${per_hour:,.2f}/h"
 
 
 def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
