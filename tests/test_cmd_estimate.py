@@ -114,8 +114,9 @@ def test_data_dir_counts_images_and_measures_the_loader(cli, tmp_path) -> None:
         (tmp_path / cls).mkdir()
         for i in range(3):
             Image.new("RGB", (24, 20), (i * 40, 80, 120)).save(tmp_path / cls / f"{i}.png")
-    f = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--data", str(tmp_path), "--json"))["forecast"]
-    assert f["schedule"]["dataset_size"] == 6
+    f = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--set", "loader.batch_size=2", "--data", str(tmp_path),
+                  "--json"))["forecast"]
+    assert f["schedule"]["dataset_size"] == 4   # train's split: one image of each class goes to validation
     assert f["loader"]["measured"] and f["loader"]["images_per_s_per_worker"] > 0
     assert isinstance(f["loader"]["keeps_up"], bool)
     assert cli("estimate", "--profile", "kaggle-t4", *TINY, "--data", str(tmp_path / "nope")).code == 2

@@ -54,10 +54,6 @@ RULES = {
     "zero batch": ("loader:\n  batch_size: 0\n", "loader.batch_size", "greater than 0"),
     "negative workers": ("loader:\n  num_workers: -2\n", "loader.num_workers", "greater than or equal to 0"),
     "zero accumulation": ("optim:\n  accumulation_steps: 0\n", "optim.accumulation_steps", "greater than 0"),
-    "prefetch with 0 workers": ("loader:\n  num_workers: 0\n  prefetch_factor: 2\n  persistent_workers: false\n",
-                                "loader.prefetch_factor", "num_workers is 0"),
-    "persistent with 0 workers": ("loader:\n  num_workers: 0\n  persistent_workers: true\n",
-                                  "loader.persistent_workers", "num_workers is 0"),
     "bf16 on a T4": ("extends: kaggle-t4\nspeed:\n  precision: bf16-mixed\n", "speed.precision", "7.5"),
     "bf16 on a V100": ("extends: gcp-v100\nspeed:\n  precision: bf16-mixed\n", "speed.precision", "7.0"),
     "loader RAM over budget": ("extends: aws-a10g\nloader:\n  num_workers: 32\n  prefetch_factor: 8\n",
@@ -96,6 +92,15 @@ def test_mixed_precision_on_cpu_validates_with_a_note(cli, tmp_path: Path) -> No
     f = write(tmp_path, "cpu16.yaml", "extends: cpu\nspeed:\n  precision: fp16-mixed\n")
     r = cli("profiles", "validate", f)
     assert r.code == 0 and "falls back" in r.out
+
+
+def test_prefetch_and_persistent_with_0_workers_validate_with_a_note(cli, tmp_path: Path) -> None:
+    f = write(tmp_path, "w0.yaml", "extends: kaggle-t4\nloader:\n  num_workers: 0\n")   # keeps prefetch 2, persistent
+    r = cli("profiles", "validate", f)
+    assert r.code == 0 and "prefetch_factor and persistent_workers ignored: no worker processes" in r.out
+    f = write(tmp_path, "w1.yaml", "loader:\n  num_workers: 0\n  prefetch_factor: 2\n")
+    r = cli("profiles", "validate", f)
+    assert r.code == 0 and "prefetch_factor ignored: no worker processes" in r.out
 
 
 def test_missing_file_and_unknown_preset(cli) -> None:

@@ -234,10 +234,10 @@ def test_estimate_refuses_image_sizes_the_model_cannot_take(cli, size: str, show
 
 def test_vit_is_built_for_the_asked_size_or_refused_with_the_sizes_it_takes(cli) -> None:
     r = cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "32", "--profile", "kaggle-t4",
-            "--dataset-size", "100", "--json")
+            "--dataset-size", "1000", "--json")
     assert r.code == 0, r.err
     r64 = cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "64", "--profile", "kaggle-t4",
-              "--dataset-size", "100", "--json")
+              "--dataset-size", "1000", "--json")
     assert r64.code == 0, r64.err
     flops = lambda r: json.loads(r.out)["forecast"]["model"]  # noqa: E731
     assert flops(r) != flops(r64)  # priced at the asked size, not at 224

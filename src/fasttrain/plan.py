@@ -176,6 +176,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         notes.append("TF32 off: needs an Ampere or newer GPU")
     if profile.loader.pin_memory and not cuda:
         notes.append("pin_memory off: it only helps copies to a GPU")
+    notes.extend(filter(None, [gpu_preset_note(profile, report, workers)]))
     plan = Plan(
         profile_name=profile.name, device=device, device_reason=device_reason,
         precision_requested=profile.speed.precision, precision=precision, precision_reason=precision_reason,
@@ -198,3 +199,16 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         plan.dataset_size = dataset_size
         plan.iterations_per_epoch = profile.iterations_per_epoch(dataset_size)
     return plan
+
+
+def gpu_preset_note(profile: Profile, report: HardwareReport, workers: int) -> str | None:
+    """A profile written for a GPU, planned where torch has no CUDA GPU (doctor marks that FAIL): what the CPU
+    fallback means. None when the plan runs on a GPU or the profile names none. Pure."""
+    gpu = profile.hardware.gpu
+    if not gpu or report.has_cuda:
+        return None
+    why = "torch cannot use this machine's" if report.gpus else "this machine has none"
+    cores = f"; its {workers} loader worker(s) leave the compute {workers} core(s) fewer" if workers else ""
+    return (f"{profile.name or 'the profile'} is for a {gpu} GPU and {why}: the plan falls back to the CPU, a large "
+            f"slow-down (the Kaggle note measured 12x for GPU over CPU){cores}; "
+            "--profile cpu plans for this machine")

@@ -72,12 +72,15 @@ def estimate_cmd(
     prof = resolved.profile
     if data is not None:
         count, sample = g.sample_data(data, prof)
-        req.dataset_size, req.dataset_size_source, req.loader = count, f"--data ({count:,} image files)", sample
+        req.dataset_size, req.loader = count, sample
+        req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu)
+    g.check_full_batch(target.plan)
     if auto_note:
         target.plan.notes.append(auto_note)
+    notes = [n.line() for n in resolved.notes] + target.plan.notes   # the profile's notes, then the plan's
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
-                               "forecast": fc.to_dict(), "plan_notes": target.plan.notes}
+                               "forecast": fc.to_dict(), "plan_notes": notes}
     measured = _measure(prof, req, local, measure_steps) if measure else None
     if measured is not None:
         payload["measure"] = measured
@@ -95,10 +98,10 @@ def estimate_cmd(
     r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
                                f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
                                f"data: {req.dataset_size_source}")
-    for note in target.plan.notes:
-        out.print(f"note: {note}")
+    for note in notes:
+        out.print(f"note: {note}", highlight=False)
     if measured is not None:
-        r.render_measure(measured, out)
+        r.render_measure(measured, out, None if target.where == "this machine" else fc.device["name"])
     if rows is not None:
         r.render_compare(rows, what or "presets", out)
 
@@ -131,6 +134,7 @@ def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     peak = fc.memory.total - fc.memory.workspace if on_gpu else fc.memory.total + fc.host_ram.processes
     return {
         "device": fc.device["name"], "steps": steps,
+        "forecast_for": "this CPU" if fc.device["kind"] == "cpu" else f"this machine's {fc.device['name']}",
         "forecast": {"images_per_s": fc.speed["images_per_s_per_device"], "step_time_s": fc.speed["step_time_s"],
                      "peak_memory_bytes": peak},
         "measured": got,

@@ -171,9 +171,44 @@ def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, g
                  force_local: bool = False) -> tuple[Forecast, Target]:
     target = target_for(profile, gpu_flag, local, req.dataset_size, force_local)
     cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
-    fc = forecast(target.plan, profile, cost, target.device, req.dataset_size, profile.optim.epochs,
+    priced, price_source, unpriced = (profile, None, None) if force_local else priced_for(profile, gpu_flag)
+    fc = forecast(target.plan, priced, cost, target.device, req.dataset_size, profile.optim.epochs,
                   target.host_ram_bytes, calibration.load()["memory"], req.loader)
+    fc.cost["price_source"] = price_source
+    if unpriced:
+        fc.unknown.append(unpriced)
     return fc, target
+
+
+def priced_for(profile: Profile, gpu_flag: str | None) -> tuple[Profile, str | None, str | None]:
+    """(the profile with the hourly prices of the GPU the forecast is for, where they come from, what is unknown).
+
+    The profile's price fields are for its own machine: kept for its own GPU. Another GPU (--gpu, --compare gpus)
+    is priced per GPU from data/gpu_prices.csv x GPUs per machine; without a row, unknown."""
+    from fasttrain.estimate import prices
+    hw = profile.hardware
+    own = gpus.find_gpu(hw.gpu) if hw.gpu else None
+    spec = gpus.get_gpu(gpu_flag) if gpu_flag else own
+    if spec is None or spec is own:
+        priced = hw.price_on_demand_per_hour is not None or hw.price_spot_per_hour is not None
+        return profile, (f"profile {profile.name}" if priced else None), None
+    row = prices.load_prices().get(spec.name)
+    on, spot = prices.machine_prices(row, profile.world.gpus_per_node)
+    hw = hw.model_copy(update={"price_on_demand_per_hour": on, "price_spot_per_hour": spot})
+    source = f"{prices.PRICE_FILE}: {row.provider}" if row else None
+    unpriced = None if row else f"hourly price of {spec.name} (no row in {prices.PRICE_FILE})"
+    return profile.model_copy(update={"hardware": hw}), source, unpriced
+
+
+def check_full_batch(plan: Plan) -> None:
+    """The same refusal as `train`: a batch larger than the training set leaves an epoch with no full batch
+    (drop_last), so there is nothing to forecast; exit 2 instead of printing 0 iterations."""
+    if plan.iterations_per_epoch == 0:
+        devices = f" x {plan.world_size} devices" if plan.world_size > 1 else ""
+        raise UserError([Problem("loader.batch_size", f"larger than the {plan.dataset_size} training samples"
+                                 f"{' (batch ' + str(plan.batch_size) + devices + ')' if devices else ''}, "
+                                 "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
+                                 plan.batch_size)])
 
 
 def sample_data(data: Path, profile: Profile) -> tuple[int, LoaderSample]:

@@ -6,30 +6,24 @@ workers it needs. Units: images/s per worker.
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.estimate.forecast import LoaderSample
 from fasttrain.profiles.schema import AugmentSpec
 
-IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})
 SAMPLE_FILES = 64
+# `train`'s defaults (train --seed 0; datasets/build.build_datasets val_fraction): the same training split.
+TRAIN_SEED, TRAIN_VAL_FRACTION = 0, 0.1
 
 
 def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path]]:
-    """(number of image files under root, an evenly spread sample of them)."""
-    if not root.is_dir():
-        raise UserError([Problem("--data", "not a directory", "give the folder that holds the images", str(root))])
-    files: list[Path] = []
-    for dirpath, dirnames, names in os.walk(root):
-        dirnames.sort()
-        files.extend(Path(dirpath) / n for n in sorted(names)
-                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS and not n.startswith("."))
-    if not files:
-        raise UserError([Problem("--data", "no image files found", f"expected {', '.join(sorted(IMAGE_EXTENSIONS))}",
-                                 str(root))])
+    """(training samples under root, an evenly spread sample of their files), counted the way `train` does
+    (datasets/image_folder.find_splits with train's default seed and validation fraction): a val/ folder, or
+    the validation share split off one tree, is not training data."""
+    from fasttrain.datasets.image_folder import find_splits
+    _classes, train, _val = find_splits(root, seed=TRAIN_SEED, val_fraction=TRAIN_VAL_FRACTION)
+    files = [Path(path) for path, _label in train]
     stride = max(1, len(files) // keep)
     return len(files), files[::stride][:keep]
 

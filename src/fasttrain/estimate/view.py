@@ -7,8 +7,6 @@ from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration
 
 
-
-
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
     return "unknown" if value is None else fmt.format(value) + unit
 
@@ -24,6 +22,13 @@ def _table(title: str):
     table.add_column("value", style="bold", justify="right")
     table.add_column("working", style="dim")
     return table
+
+
+def _feed_words(ld: dict[str, Any]) -> str:
+    """Whether the measured loader keeps up; without a compute speed to compare with, say so (never "None")."""
+    if ld.get("keeps_up") is None or ld.get("workers_needed") is None:
+        return "compute speed unknown: cannot say whether it keeps up"
+    return "keeps up" if ld["keeps_up"] else f"needs {ld['workers_needed']} workers"
 
 
 def render_forecast(fc: Forecast, out: Any, header: str) -> None:
@@ -88,23 +93,38 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
     t.add_row("workers", f"{ld['workers']}", f"{ld['total_workers']} in the whole job")
     if ld["measured"]:
         t.add_row("per worker", _num(ld["images_per_s_per_worker"], "{:,.0f}", " images/s"), ld["source"])
-        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"),
-                  "keeps up" if ld.get("keeps_up") else f"needs {ld.get('workers_needed')} workers")
+        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"), _feed_words(ld))
     else:
         t.add_row("per worker", "not measured", "give --data DIR to sample decode + augment speed")
     out.print(t)
 
-    c = fc.cost
-    if c["price_on_demand_per_hour"] is not None or c["price_spot_per_hour"] is not None:
-        t = _table("cost")
-        t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
-                  f"at {_usd(c['price_on_demand_per_hour'])}/h x {c['machines']} machine(s)")
-        t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
-                  f"at {_usd(c['price_spot_per_hour'])}/h")
-        out.print(t)
+    _render_cost(fc, out)
     out.print(f"[bold]bottleneck:[/] {fc.bottleneck['name']}: {fc.bottleneck['evidence']}")
     for u in fc.unknown:
         out.print(f"unknown: {u}")
+
+
+def _render_cost(fc: Forecast, out: Any) -> None:
+    """Cost at the hourly prices of the machine forecast; a GPU without a price says unknown, never another's."""
+    c = fc.cost
+    priced = c["price_on_demand_per_hour"] is not None or c["price_spot_per_hour"] is not None
+    if not priced and fc.device["kind"] != "gpu":
+        return
+    t = _table("cost")
+    if not priced:
+        t.add_row("price", "unknown", f"no hourly price for {fc.device['name']}")
+    else:
+        t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
+                  f"at {_price(c['price_on_demand_per_hour'])} x {c['machines']} machine(s)")
+        t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
+                  f"at {_price(c['price_spot_per_hour'])}")
+        if c.get("price_source"):
+            t.add_row("prices from", "", c["price_source"])
+    out.print(t)
+
+
+def _price(per_hour: float | None) -> str:
+    return "unknown $/h" if per_hour is None else f"${per_hour:,.2f}/h"
 
 
 def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
@@ -123,10 +143,27 @@ def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
             out.print(f"{r['name']}: unknown {'; '.join(r['unknown'])}")
 
 
-def render_measure(result: dict[str, Any], out: Any) -> None:
+def measure_titles(result: dict[str, Any], forecast_device: str | None) -> tuple[str | None, str, str]:
+    """(a line separating the --measure table from a forecast for another device, or None; the table's title;
+    its forecast column). --measure runs HERE, so its forecast is for this machine, whatever the profile's GPU."""
+    here = result["forecast_for"]
+    apart = None
+    if forecast_device is not None:
+        apart = (f"--measure: the forecast above is for {forecast_device}; the steps run on {here}, so the table "
+                 f"below compares a forecast for {here} with the measurement (it checks the method, not the "
+                 f"{forecast_device} numbers)")
+    title = (f"forecast for {here} (the measurement runs here) vs measured here "
+             "(synthetic data, the train step code)")
+    return apart, title, f"forecast ({here})"
+
+
+def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None = None) -> None:
     from rich.table import Table
-    table = Table(title="forecast vs measured here (synthetic data, the train step code)", title_justify="left")
-    for col in ("quantity", "forecast", "measured", "measured / forecast"):
+    apart, title, column = measure_titles(result, forecast_device)
+    if apart:
+        out.print(apart, highlight=False)
+    table = Table(title=title, title_justify="left")
+    for col in ("quantity", column, "measured", "measured / forecast"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for key, label, fmt in (("images_per_s", "images/s", "{:,.1f}"), ("step_time_s", "step time (s)", "{:.3f}"),
                             ("peak_memory_bytes", "peak memory", None)):

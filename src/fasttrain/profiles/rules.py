@@ -48,15 +48,16 @@ def check_cross_fields(data: Mapping[str, Any], problems: Problems) -> None:
 
 
 def _workers_and_prefetch(data: Mapping[str, Any], problems: Problems) -> None:
-    workers = _int(_get(data, "loader.num_workers"))
-    if workers != 0:
+    """No worker processes: prefetch_factor and persistent_workers do not apply (the plan drops them and the
+    DataLoader never gets them), so a preset's values are accepted with a note, e.g. --set loader.num_workers=0."""
+    if _int(_get(data, "loader.num_workers")) != 0:
         return
-    if _get(data, "loader.prefetch_factor") not in (None, INVALID):
-        problems.add("loader.prefetch_factor", "needs worker processes, but loader.num_workers is 0",
-                     "remove prefetch_factor or set loader.num_workers >= 1", _get(data, "loader.prefetch_factor"))
-    if _get(data, "loader.persistent_workers") is True:
-        problems.add("loader.persistent_workers", "needs worker processes, but loader.num_workers is 0",
-                     "set persistent_workers: false or loader.num_workers >= 1", True)
+    ignored = [key for key, unused in (("prefetch_factor", _get(data, "loader.prefetch_factor") not in (None, INVALID)),
+                                       ("persistent_workers", _get(data, "loader.persistent_workers") is True))
+               if unused]
+    if ignored:
+        problems.add("loader.num_workers=0", f"{' and '.join(ignored)} ignored: no worker processes",
+                     severity="note")
 
 
 def _supports_bf16(data: Mapping[str, Any]) -> bool | None:

@@ -1,0 +1,45 @@
+"""Hourly GPU prices for `estimate --gpu` and `--compare gpus`: data/gpu_prices.csv, one sourced row per GPU.
+
+A profile's own price fields describe its own machine; a GPU asked with --gpu is priced from this file, per GPU,
+and a GPU without a row is priced unknown (never the profile's price for another GPU).
+"""
+from __future__ import annotations
+
+import csv
+import functools
+from dataclasses import dataclass
+from importlib import resources
+
+PRICE_FILE = "data/gpu_prices.csv"
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    gpu: str                    # as data/gpus.csv names it
+    on_demand_per_hour: float | None
+    spot_per_hour: float | None
+    provider: str
+    source: str
+
+
+def _price(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+@functools.lru_cache(maxsize=1)
+def load_prices() -> dict[str, GpuPrice]:
+    path = resources.files("fasttrain") / "data" / "gpu_prices.csv"
+    with path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return {r["gpu"]: GpuPrice(r["gpu"], _price(r["on_demand_per_hour"]), _price(r["spot_per_hour"]),
+                               r["provider"], r["source"]) for r in rows}
+
+
+def machine_prices(price: GpuPrice | None, gpus_per_machine: int) -> tuple[float | None, float | None]:
+    """(on-demand, spot) $/h of one machine of `gpus_per_machine` such GPUs; None where the file has no figure
+    (a GPU without a row: both unknown). Pure."""
+    def per_machine(value: float | None) -> float | None:
+        return None if value is None else value * gpus_per_machine
+    if price is None:
+        return None, None
+    return per_machine(price.on_demand_per_hour), per_machine(price.spot_per_hour)
