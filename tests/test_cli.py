@@ -34,3 +34,32 @@ def test_unknown_command_is_usage_error() -> None:
     proc = run_subprocess("frobnicate")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+
+
+HELP_COMMANDS = [[], ["train"], ["estimate"], ["doctor"], ["profiles", "list"], ["profiles", "show"],
+                 ["profiles", "validate"], ["bench", "speedups"], ["bench", "batch"], ["bench", "loader"],
+                 ["bench", "compare"]]
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "root")
+def test_help_shows_boolean_flags_as_flags(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag takes no value: `--dry-run <bool>` in the help invited `--dry-run true`, which is refused."""
+    from fasttrain.cli import main
+
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--help" in out
+    assert "<bool>" not in out
+
+
+def test_root_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from fasttrain.cli import app, main
+
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    group = typer.main.get_command(app)
+    description = out.split("Options")[0]  # the summary above the option and command panels
+    for name in group.commands:  # type: ignore[attr-defined]
+        assert name in description, f"`fasttrain --help` summary leaves out {name}"

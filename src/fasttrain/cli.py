@@ -29,13 +29,41 @@ if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
     signal.signal(signal.SIGINT, _stopped_before_training)
 
 import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
 from fasttrain.train import launch
 from fasttrain.core.errors import JobFailed, UserError
 
+
+def _show_flags_as_flags(command: object) -> None:
+    """A boolean flag (--dry-run, --json, --help) takes no value: give it an empty metavar so the help shows no
+    `<bool>` beside it (Typer would, inviting `--dry-run true`, which is refused). Recurses into groups."""
+    from typer._click import Context
+
+    params = list(getattr(command, "params", []))
+    try:
+        help_option = command.get_help_option(Context(command))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a help-display nicety must never break the CLI
+        help_option = None
+    for param in params + ([help_option] if help_option is not None else []):
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _show_flags_as_flags(sub)
+
+
+class _Group(TyperGroup):
+    """The root group: every command's boolean flags read as flags in --help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        _show_flags_as_flags(self)
+
+
 app = typer.Typer(
     name="fasttrain",
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train.",
+    cls=_Group,
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train, bench.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
