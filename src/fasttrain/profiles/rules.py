@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from fasttrain.core.errors import Problems
 from fasttrain.profiles.schema import SECTIONS, Profile
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 _DEFAULTS = Profile()
 INVALID = object()  # a value the field's own schema refuses: it has its own error, rules skip it
@@ -118,7 +118,7 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     fix = " or ".join(options) if options else "lower loader.batch_size, num_workers and prefetch_factor"
     problems.add(
         "loader.num_workers",
-        f"loader RAM {workers} workers x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
+        f"loader RAM {plural(workers, 'worker')} x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
         f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} "
         f"({fraction:.0%} of {ram:g} GiB host RAM): the host runs out of memory",
         fix, workers)
