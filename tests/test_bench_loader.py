@@ -118,3 +118,9 @@ def test_real_sweep_over_a_tiny_folder_measures_rate_and_ram(tmp_path: Path) -> 
     assert one_worker["rss_bytes"] > samples[0]["rss_bytes"]  # the worker process is counted
     points = bl.combine_rounds(samples)
     assert bl.recommend(points, plan.ram_budget_bytes)[0] in points
+
+
+def test_setting_labels_say_worker_or_workers() -> None:
+    """`1 workers` read wrong in the sweep table."""
+    assert [bl.Setting(n, p).label for n, p in ((0, None), (1, 2), (4, 4))] == \
+        ["0 workers", "1 worker, prefetch 2", "4 workers, prefetch 4"]

@@ -169,3 +169,18 @@ def test_a_setting_that_fails_at_run_time_is_a_skipped_row_not_a_crash() -> None
         "failed to run: out of memory at batch 12")
     assert by["channels_last"]["status"] == "measured"
     assert "all" not in by  # one setting left: nothing to combine
+
+
+def test_the_cuda_home_warning_of_torch_is_silenced(caplog: pytest.LogCaptureFixture) -> None:
+    """`No CUDA runtime is found, using CUDA_HOME=...` (torch.utils.cpp_extension, imported by torch.compile on a
+    machine with a CUDA toolkit and no GPU) leaked into `bench speedups` output; other lines still pass."""
+    import logging
+
+    bsp.silence_cuda_home_warning()
+    bsp.silence_cuda_home_warning()  # idempotent
+    logger = logging.getLogger(bsp.CUDA_HOME_LOGGER)
+    assert logger.filters.count(bsp._drop_cuda_home_warning) == 1
+    with caplog.at_level(logging.WARNING, logger=bsp.CUDA_HOME_LOGGER):
+        logger.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local/cuda")
+        logger.warning("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]

@@ -27,9 +27,10 @@ def test_dry_run_prints_the_plan(cli, setup) -> None:  # noqa: ANN001
     out = res.out
     assert "device       cpu: no CUDA GPU" in out
     assert "precision    bf16-mixed" in out and "no CUDA GPU" in out
-    assert "effective batch 8" in out and "scaled LR 0.000375" in out  # 0.003 x 8 / 64
+    assert "effective batch 8" in out and "@ base batch 64 -> 0.000375 at batch 8" in out  # 0.003 x 8 / 64
     assert "6 per epoch x 3 epochs" in out  # floor(24 train images / 4)
     assert "workers      0" in out and "\x1b" not in out
+    assert "(asked 0: asked)" not in out and "1 devices" not in out
 
 
 def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001

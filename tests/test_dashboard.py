@@ -116,8 +116,8 @@ def test_live_mode_renders_every_part(plan, report) -> None:
     text = buf.getvalue()
     assert "\x1b[" in text  # a real terminal rendering
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
-    for part in ("epoch 1/4", "50/400", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
-                 "5.0 GiB alloc / 6.0 GiB rsvd / 7.0 GiB peak", "12%, 71 W", "host RAM", "data wait", "70%",
+    for part in ("epoch 1/4", "50/100 50%", "run 12%", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
+                 "5.0 alloc / 6.0 rsvd / 7.0 peak GiB", "12%, 71 W", "host RAM", "data wait", "70%",
                  "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
                  "epochs", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
         assert part in plain, part
@@ -241,3 +241,96 @@ def test_dashboard_is_a_train_listener(plan) -> None:
     text = out.getvalue()
     assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
     assert "run_dir: runs/x" in text and "history" not in text
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+FULL_ROW = {"epoch": 1, "train_loss": 0.42, "val_loss": 0.5, "val_acc1": 0.91, "val_acc5": 0.99, "lr": 0.003,
+            "telemetry_images_per_s": 18070.4, "telemetry_data_wait_fraction": 0.7, "time_s": 30.0}
+
+
+def _busy_snapshot(clock: Clock) -> dict:
+    tel = telemetry_after(250, clock, wait=0.07, compute=0.03)
+    return tel.snapshot() | {
+        "gpu_mem_allocated_bytes": 75 * 2**30, "gpu_mem_reserved_bytes": 78 * 2**30, "gpu_mem_peak_bytes": 77 * 2**30,
+        "gpu_mem_total_bytes": 80 * 2**30, "gpu_util_pct": 12.0, "gpu_power_w": 71.0, "gpu_power_limit_w": 300.0,
+        "images_per_s": 18070.4, "it_per_s": 282.3, "process_rss_bytes": 2 * 2**30, "skipped_steps": 3,
+        "grad_norm": 1.234, "amp_scale": 65536.0}
+
+
+def _live_text(plan, report, snap: dict, *, width: int, no_color: bool = False, rows=(FULL_ROW,),
+               data_kind: str = "images", total_batches: int = 300, epochs: int = 3) -> str:
+    """One frame of the live screen, as a terminal of `width` columns shows it (escape codes removed)."""
+    def console(buf: io.StringIO) -> Console:
+        return Console(file=buf, force_terminal=True, width=width, no_color=no_color)
+    buf = io.StringIO()
+    with Dashboard(plan, total_batches=total_batches, epochs=epochs, mode="live", console=console(io.StringIO()),
+                   report=report, forecast=FORECAST, data_kind=data_kind) as dash:
+        dash.update(snap, None)
+        for row in rows:
+            dash.epoch_end(row)
+        console(buf).print(dash.render())
+    return ANSI.sub("", buf.getvalue())
+
+
+def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> None:
+    """At 80 columns the header and the ETA were cut and the epoch table showed `0:00:…`."""
+    text = _live_text(plan, report, _busy_snapshot(Clock()), width=80)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "…" not in text
+    header, progress = lines[0], lines[1]
+    assert header.startswith("fasttrain  profile cpu") and "bf16-mixed" in header and "1 worker" in header
+    assert "ETA 0:00:25" in progress and "18,070 img/s" in progress
+    assert "75.0 alloc / 78.0 rsvd / 77.0 peak of 80.0 GiB" in text
+    table = [line for line in lines if line.startswith("│")]
+    assert "0:00:30" in table[0] and "91.0%" in table[0] and "0.42" in table[0]
+
+
+def test_live_progress_is_the_epochs_own_with_the_run_beside_it(plan, report) -> None:
+    """The bar counted the whole run's batches under an `epoch 1/3` label."""
+    snap = {"epoch": 1, "batch_index": 39, "batches_in_epoch": 100, "step_time_s": 0.1, "it_per_s": 10.0,
+            "images_per_s": 640.0}
+    progress = _live_text(plan, report, snap, width=120, rows=()).splitlines()[1]
+    assert progress.startswith("epoch 2/3 ")
+    assert "40/100 40%" in progress and "run 47%" in progress  # 140 of 300 batches
+    assert progress.count("━") == 12  # 40% of a 30-cell bar
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_step_split_bars_show_their_fraction_without_colour(plan, report, width: int) -> None:
+    """Without colour the three bars looked equally full: each now fills round(f * W) of its W cells."""
+    clock = Clock()
+    snap = telemetry_after(50, clock, wait=0.02, compute=0.06).snapshot() | {"h2d_fraction": 0.05}
+    text = _live_text(plan, report, snap, width=width, no_color=True, rows=())
+    assert "\x1b[3" not in text
+    for label, key in (("data wait", "data_wait_fraction"), ("host->dev", "h2d_fraction"),
+                       ("compute", "compute_fraction")):
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(label))
+        cells = line.count("━") + line.count("─")
+        assert cells >= 8 and len(line) <= width
+        assert line.count("━") == round(snap[key] * cells), (label, line)
+
+
+def test_non_image_data_say_samples_per_second(plan, report) -> None:
+    snap = _busy_snapshot(Clock())
+    text = _live_text(plan, report, snap, width=100, data_kind="custom")
+    assert "samples/s" in text and "img/s" not in text
+    out, clock = io.StringIO(), Clock()
+    with Dashboard(plan, total_batches=300, epochs=3, mode="plain", stream=out, clock=clock,
+                   data_kind="custom") as dash:
+        dash.update(snap, None)
+        clock.now = 11.0
+        dash.update(snap, None)
+        dash.epoch_end(FULL_ROW)
+    assert "18,070 samples/s" in out.getvalue() and "img/s" not in out.getvalue()
+
+
+def test_large_rates_read_with_separators() -> None:
+    """`img/s 1.807e+04` in the epoch table: from 1,000 up a float reads as a whole number with separators."""
+    from fasttrain.core.format import fmt_number, plural
+
+    assert dbf.fmt_value("telemetry_images_per_s", 18070.4) == "18,070"
+    assert (fmt_number(1234.5), fmt_number(999.94), fmt_number(0.003), fmt_number(-25000.0)) == \
+        ("1,234", "999.9", "0.003", "-25,000")
+    assert (plural(1, "worker"), plural(2, "worker"), plural(0, "warning"), plural(1, "class", "classes"),
+            plural(3, "class", "classes")) == ("1 worker", "2 workers", "0 warnings", "1 class", "3 classes")

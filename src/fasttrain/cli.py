@@ -29,15 +29,50 @@ if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
     signal.signal(signal.SIGINT, _stopped_before_training)
 
 import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
 from fasttrain.train import launch
 from fasttrain.core.errors import JobFailed, UserError
 
+
+def _show_flags_as_flags(command: object) -> None:
+    """A boolean flag (--dry-run, --json, --help) takes no value: give it an empty metavar so the help shows no
+    `<bool>` beside it (Typer would, inviting `--dry-run true`, which is refused). Recurses into groups."""
+    from typer._click import Context
+
+    params = list(getattr(command, "params", []))
+    try:
+        help_option = command.get_help_option(Context(command))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a help-display nicety must never break the CLI
+        help_option = None
+    for param in params + ([help_option] if help_option is not None else []):
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _show_flags_as_flags(sub)
+
+
+class _Group(TyperGroup):
+    """The root group: every command's boolean flags read as flags in --help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        _show_flags_as_flags(self)
+
+    def get_params(self, ctx: object) -> list:  # type: ignore[override]
+        params = super().get_params(ctx)  # type: ignore[arg-type]
+        for param in params:  # Typer appends --install-completion / --show-completion after __init__
+            if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+                param.metavar = ""
+        return params
+
+
 app = typer.Typer(
     name="fasttrain",
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train.",
+    cls=_Group,
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train, bench.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
@@ -86,6 +121,64 @@ def _debugging(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("FASTTRAIN_DEBUG") == "1"
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """--json among the options (before a `--` that ends them)."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+def _json_value(value: object) -> object:
+    """A problem's value as JSON can hold it: plain numbers, bools and short strings as they are, anything else
+    (nan, a 5,000-digit int, an object) as the same bounded text the one-line reason shows."""
+    import math
+
+    from fasttrain.core.errors import MAX_VALUE_CHARS, clip, shown_value
+
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and abs(value) < 2**63:
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, str):
+        return clip(value, MAX_VALUE_CHARS)
+    return shown_value(value)
+
+
+def _print_json_error(code: int, problems: list[dict[str, object]], title: str = "") -> None:
+    """Under --json an error is a JSON object on stdout too: {"error": {"code", "problems": [{where, message,
+    fix, value}]}}, so a script reading stdout gets JSON whatever happens (the reasons also go to stderr)."""
+    import json
+
+    error: dict[str, object] = {"code": code, "problems": problems}
+    if title:
+        error["title"] = title
+    print(json.dumps({"error": error}, indent=2, ensure_ascii=False))
+    sys.stdout.flush()
+
+
+def _user_error_problems(exc: UserError) -> list[dict[str, object]]:
+    from fasttrain.core.errors import MAX_LINES, MAX_TEXT_CHARS, MAX_VALUE_CHARS, clip
+
+    rows: list[dict[str, object]] = [
+        {"where": clip(p.where.rstrip(": "), MAX_VALUE_CHARS + 40), "message": clip(p.message, MAX_TEXT_CHARS),
+         "fix": clip(p.fix, MAX_TEXT_CHARS), "value": _json_value(p.value)} for p in exc.problems[:MAX_LINES]]
+    if len(exc.problems) > MAX_LINES:
+        rows.append({"where": "", "message": f"... and {len(exc.problems) - MAX_LINES:,} more problem(s)", "fix": "",
+                     "value": None})
+    return rows
+
+
+def _usage_error_problems(exc: Exception) -> list[dict[str, object]]:
+    """A click usage error (unknown option, a value of the wrong type) as one problem."""
+    param = getattr(exc, "param", None)
+    opts = getattr(param, "opts", None) or []
+    where = opts[0] if opts else (getattr(param, "name", None) or "usage")
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "fasttrain"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return [{"where": where, "message": message, "fix": f"see `{path} --help`", "value": None}]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: turns our exceptions into exit codes and one-line reasons."""
     argv = sys.argv[1:] if argv is None else argv
@@ -100,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if _debugging(argv):
             raise
+        if _wants_json(argv):
+            _print_json_error(exc.exit_code, _user_error_problems(exc), exc.title)
         for line in exc.lines():
             print(f"{me}: error: {line}", file=sys.stderr)
         return exc.exit_code
@@ -111,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     except exits as exc:
         return int(getattr(exc, "exit_code", 0) or 0)
     except usage_errors as exc:
+        if _wants_json(argv):
+            _print_json_error(2, _usage_error_problems(exc))
         exc.show()
         return 2
     except aborts:

@@ -12,7 +12,7 @@ sum is what the machine really gives up, and it is what the RAM budget is checke
 Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
 """
 from __future__ import annotations
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 import dataclasses
 import statistics
@@ -41,7 +41,7 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return f"{self.workers} workers" + (f", prefetch {self.prefetch}" if self.prefetch else "")
+        return plural(self.workers, "worker") + (f", prefetch {self.prefetch}" if self.prefetch else "")
 
 
 @dataclass

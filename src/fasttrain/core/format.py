@@ -38,12 +38,26 @@ def fmt_duration(seconds: float | None, missing: str = "unknown") -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+# Floats from a thousand up read as whole numbers with separators (18,070 img/s, not 1.807e+04); past this
+# they are too large for a separated integer to stay readable, and keep the exponent.
+SEPARATED_UP_TO = 1e15
+
+
 def fmt_number(x: float | None, digits: int = 4, missing: str = "-") -> str:
-    """Integers with thousands separators; floats to `digits` significant digits; booleans as words."""
+    """Integers, and floats from 1,000 up, with thousands separators; smaller floats to `digits` significant
+    digits; booleans as words."""
     if x is None:
         return missing
     if isinstance(x, bool):
         return str(x)
     if isinstance(x, int):
         return f"{x:,}"
+    if 1000 <= abs(x) < SEPARATED_UP_TO:
+        return f"{x:,.0f}"
     return f"{x:.{digits}g}"
+
+
+def plural(n: int | float, word: str, many: str | None = None) -> str:
+    """`n word` with the word in the plural unless n is 1: "1 worker", "2 workers", "1 warning", "0 warnings"."""
+    count = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else f"{n:g}"
+    return f"{count} {word if n == 1 else (many or word + 's')}"

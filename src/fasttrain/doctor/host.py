@@ -10,7 +10,7 @@ import math
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)
 
@@ -19,7 +19,7 @@ def _loader_words(c: Context) -> str:
     p = c.profile
     assert p is not None
     procs = f" x {p.world.gpus_per_node} processes" if p.world.gpus_per_node > 1 else ""
-    return (f"{p.loader.num_workers} workers x prefetch {p.loader.prefetch_factor or 2} x batch {p.loader.batch_size} "
+    return (f"{plural(p.loader.num_workers, 'worker')} x prefetch {p.loader.prefetch_factor or 2} x batch {p.loader.batch_size} "
             f"at {p.loader.image_size}px{procs}")
 
 
@@ -79,12 +79,12 @@ def rule_workers_vs_cores(c: Context) -> Finding | None:
     cores, workers = c.report.cores, c.workers
     advised = ar.default_workers(cores)
     per_process = max(advised // p.world.gpus_per_node, 0)
-    detail = f"{workers} DataLoader workers for {cores} usable cores ({c.report.cpu.model})"
+    detail = f"{plural(workers, 'DataLoader worker')} for {plural(cores, 'usable core')} ({c.report.cpu.model})"
     if workers > cores:
         return Finding("workers", "warn", "more DataLoader workers than CPU cores", detail +
                        "; they fight the main process for the CPU and the plan caps them at the core count",
                        f"--set loader.num_workers={per_process} (0.75 x {cores} cores)")
-    return Finding("workers", "ok", f"{workers} workers for {cores} cores", detail)
+    return Finding("workers", "ok", f"{plural(workers, 'worker')} for {plural(cores, 'core')}", detail)
 
 
 def rule_bf16(c: Context) -> Finding | None:
@@ -141,7 +141,7 @@ def rule_data_disk(c: Context) -> Finding | None:
                        f"{speed}; {need}: even {readers} reader{'s' if readers > 1 else ''} at this rate give "
                        f"{disk.files_per_s * readers:,.0f} images/s", fix)
     return Finding("data-disk", "warn", "one reader is slower than the run needs",
-                   f"{speed}; {need}: {readers} workers must read in parallel to keep up", fix)
+                   f"{speed}; {need}: {plural(readers, 'worker')} must read in parallel to keep up", fix)
 
 
 def rule_disk_free(c: Context) -> Finding | None:

@@ -15,7 +15,7 @@ from fasttrain.doctor.findings import Finding
 from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
 from fasttrain.hardware.report import HardwareReport
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
 
@@ -130,4 +130,4 @@ def render(report: HardwareReport, findings: list[Finding], rec: Recommendation,
     out.print(findings_panel(findings, label))
     out.print(recommendation_panel(rec, written))
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("fail", "warn", "ok")}
-    out.print(f"{counts['fail']} failed, {counts['warn']} warnings, {counts['ok']} ok")
+    out.print(f"{counts['fail']} failed, {plural(counts['warn'], 'warning')}, {counts['ok']} ok")

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from fasttrain.core.errors import Problems
 from fasttrain.profiles.schema import SECTIONS, Profile
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 _DEFAULTS = Profile()
 INVALID = object()  # a value the field's own schema refuses: it has its own error, rules skip it
@@ -106,7 +106,7 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     budget = ar.ram_budget_bytes(ram, fraction)
     pf = prefetch or 2
     procs = f" x {per_node} processes" if per_node > 1 else ""
-    over = (f"loader RAM {workers} workers x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
+    over = (f"loader RAM {plural(workers, 'worker')} x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
             f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} ({fraction:.0%} of {ram:g} GiB host RAM)")
     if per_node > 1:
         _shared_loader(data, problems, workers, pf, one, used, budget, over)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 if TYPE_CHECKING:
     from fasttrain.profiles.schema import Profile
@@ -45,7 +45,7 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
     pf = p.loader.prefetch_factor or 2
     used, budget = p.loader_ram_bytes, p.ram_budget_bytes
     procs = f" x {p.world.gpus_per_node} processes" if p.world.gpus_per_node > 1 else ""
-    working = (f"{p.loader.num_workers} workers x {pf} prefetch x {fmt_bytes(p.batch_bytes)}{procs}"
+    working = (f"{plural(p.loader.num_workers, 'worker')} x {pf} prefetch x {fmt_bytes(p.batch_bytes)}{procs}"
                if p.loader.num_workers else "0 workers: one batch in the main process")
     rows.append(("loader RAM per machine", fmt_bytes(used),
                  f"{working}; budget {fmt_bytes(budget)} = {p.hardware.ram_budget_fraction:.0%} of "

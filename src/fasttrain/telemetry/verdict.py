@@ -15,7 +15,7 @@ from typing import Any
 from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
 # judging them would call every run input- or compute-bound for the wrong reason.
@@ -132,9 +132,9 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
     cheaper = ("make each batch cheaper to load: smaller loader.image_size, lighter augmentation, "
                "pre-decoded or cached data, or a faster disk")
     if cores is not None and plan.workers >= cores:
-        why = f"num_workers={plan.workers} already uses the {report.cores if report else '?'} cores"
+        why = f"num_workers={plan.workers} already uses the {plural(report.cores, 'core') if report else '? cores'}"
     elif ram <= plan.workers:
-        why = (f"RAM allows only {ram} workers at prefetch_factor {plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
+        why = (f"RAM allows only {plural(ram, 'worker')} at prefetch_factor {plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
                f"inside the {fmt_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room")
     else:
         why = f"num_workers={plan.workers} is already at the limit"

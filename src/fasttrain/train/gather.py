@@ -308,30 +308,43 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
                  "val_size": getattr(prep.bundle, "val_size", 0)},
         "epochs": prep.resolved.profile.optim.epochs,
         "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
+        "base_batch": prep.resolved.profile.optim.base_batch,
         "plan": p.to_dict(),
         "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
     }
 
 
+def _chosen(value: Any, requested: Any, reason: str) -> str:
+    """`4 (as asked)`, or `2 (asked 4: only 2 cores)` when the plan changed what the profile asked for."""
+    if value == requested and reason in ("", "asked"):
+        return f"{value} (as asked)"
+    return f"{value} (asked {requested}: {reason})"
+
+
 def plan_lines(view: dict[str, Any]) -> list[str]:
+    from fasttrain.core.format import plural
+
     p = view["plan"]
     d = view["data"]
+    base_batch = view.get("base_batch")
+    lr = (f"{view['optimizer']} {p['base_lr']:g} @ base batch {base_batch} -> {p['scaled_lr']:.4g} at batch "
+          f"{p['effective_batch']}" if base_batch is not None else
+          f"{view['optimizer']} {p['base_lr']:g} -> {p['scaled_lr']:.4g} at batch {p['effective_batch']}")
     lines = [
         f"profile      {view['profile']} ({view['profile_reason']})",
         f"device       {p['device']}: {p['device_reason']}",
-        f"precision    {p['precision']} (asked {p['precision_requested']}: {p['precision_reason']})",
+        f"precision    {_chosen(p['precision'], p['precision_requested'], p['precision_reason'])}",
         f"compile      {'on, mode ' + p['compile_mode'] if p['compile'] else 'off'} ({p['compile_reason']})",
         f"speed        channels_last={p['channels_last']} tf32={p['tf32']} cudnn_benchmark={p['cudnn_benchmark']} "
         f"fused_optimizer={p['fused_optimizer']}",
-        f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x {p['world_size']} "
-        f"devices = effective batch {p['effective_batch']}",
-        f"LR           {view['optimizer']} {p['base_lr']:g} @ base batch -> scaled LR {p['scaled_lr']:.4g}, "
-        f"schedule {view['schedule']}",
-        f"workers      {p['workers']} (asked {p['workers_requested']}: {p['workers_reason']}), "
+        f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x "
+        f"{plural(p['world_size'], 'device')} = effective batch {p['effective_batch']}",
+        f"LR           {lr}, schedule {view['schedule']}",
+        f"workers      {_chosen(p['workers'], p['workers_requested'], p['workers_reason'])}, "
         f"prefetch {p['prefetch_factor']}, pin_memory={p['pin_memory']}",
-        f"data         {d['spec']} ({d['kind']}): {d['train_size']} train / {d['val_size']} val, "
-        f"{d['num_classes']} classes, {p['image_size']} px",
-        f"iterations   {p['iterations_per_epoch']} per epoch x {view['epochs']} epochs",
+        f"data         {d['spec']} ({d['kind']}): {d['train_size']:,} train / {d['val_size']:,} val, "
+        f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
+        f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
         f"model        {view['model']}",
     ]
     lines += [f"note         {n}" for n in view["notes"]]

@@ -82,7 +82,8 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
                started=time.perf_counter())
     epochs = prep.resolved.profile.optim.epochs
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
-                            telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json)) as listener:
+                            telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
+                            data_kind=prep.bundle.kind)) as listener:
         listener.on_run_start(plan, plan_view(prep)["notes"])
         summary = _train(run, model, listener)
     if "stop_message" in summary and main:  # a stop request ended the run: say where and how to resume

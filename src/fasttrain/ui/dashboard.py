@@ -22,7 +22,7 @@ from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
 from fasttrain.train.events import RunEnd, StepEvent
-from fasttrain.ui.dashboard_format import EPOCH_COLUMNS, epoch_columns, fmt_value, plain_line
+from fasttrain.ui.dashboard_format import epoch_columns, epoch_labels, fmt_value, plain_line
 
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
@@ -43,16 +43,18 @@ class Dashboard:
     total_batches counts loader batches over the whole run (epochs x batches per epoch).
     `telemetry` (optional): when update() gets snapshot=None, the live screen pulls telemetry.snapshot()
     itself at redraw time, so the loop need not build a snapshot per batch.
+    `data_kind` (the DataBundle's kind): throughput reads img/s for images, samples/s for other data.
     """
 
     def __init__(self, plan: Plan, *, total_batches: int, epochs: int, mode: str = "plain",
                  forecast: dict[str, Any] | None = None, stream: TextIO | None = None, plain_every_s: float = 10.0,
                  report: HardwareReport | None = None, telemetry: Any = None, console: Any = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, data_kind: str = "images"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.plan, self.report, self.forecast = plan, report, forecast
         self.total_batches, self.epochs, self.mode = total_batches, epochs, mode
+        self.data_kind = data_kind
         self.stream = stream if stream is not None else sys.stdout
         self.plain_every_s = plain_every_s
         self.telemetry = telemetry
@@ -122,7 +124,8 @@ class Dashboard:
         self._rows.append(dict(row))
         if self.mode == "plain":
             shown = epoch_columns([row])
-            self._write("epoch done: " + " | ".join(f"{EPOCH_COLUMNS.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
+            labels = epoch_labels(self.data_kind)
+            self._write("epoch done: " + " | ".join(f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
             snap = self._current()
             if snap:
                 self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report)}")
@@ -187,7 +190,7 @@ class Dashboard:
         snap = self._current()
         if not snap:
             return
-        self._write(plain_line(snap, self.epochs, self.total_batches))
+        self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind))
         verdict = vd.assess(snap, self.plan, self.report)
         if verdict.kind != self._last_kind:  # the verdict is repeated only when it changes
             self._last_kind = verdict.kind
@@ -223,7 +226,7 @@ class Dashboard:
         if self._epoch_table is None:
             self._epoch_table = dashboard_view.EpochTable()
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
-                                           self.epochs, tuple(self._rows))
+                                           self.epochs, tuple(self._rows), self.data_kind)
         return dashboard_view.screen(model, self._current() or {}, self._epoch_table, self.console)
 
     def _summary_table(self, summary: dict[str, Any]) -> Any:

@@ -21,6 +21,21 @@ EPOCH_COLUMNS = {
 }
 
 
+# Data that are not images (a custom module:callable data set: sequences, tables...) count samples, not images.
+IMAGE_KINDS = ("images", "synthetic")
+
+
+def rate_unit(data_kind: str = "images") -> str:
+    """What a throughput counts: `img/s` for image data, `samples/s` for anything else."""
+    return "img/s" if data_kind in IMAGE_KINDS else "samples/s"
+
+
+def epoch_labels(data_kind: str = "images") -> dict[str, str]:
+    """EPOCH_COLUMNS with the throughput columns named for the data kind."""
+    unit = rate_unit(data_kind)
+    return {k: (unit if v == "img/s" else v) for k, v in EPOCH_COLUMNS.items()}
+
+
 def fmt_value(key: str, value: Any) -> str:
     """Format by the unit the key names (see telemetry's key conventions)."""
     if value is None:
@@ -54,6 +69,15 @@ def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         keys += [k for k in row if k not in keys]
     return keys
+
+
+def epoch_progress_of(snap: dict[str, Any] | None) -> tuple[int, int]:
+    """(batches done, batches) in the current epoch: (0, 0) before the first record."""
+    if not snap or snap.get("batch_index") is None:
+        return 0, 0
+    per_epoch = snap.get("batches_in_epoch") or 0
+    done = snap["batch_index"] + 1
+    return (min(done, per_epoch) if per_epoch else done), per_epoch
 
 
 def progress_of(snap: dict[str, Any] | None, total_batches: int) -> tuple[int, int]:
@@ -92,7 +116,7 @@ def measured_vs_forecast(snap: dict[str, Any], forecast: dict[str, Any] | None) 
     return rows
 
 
-def plain_line(snap: dict[str, Any], epochs: int, total_batches: int) -> str:
+def plain_line(snap: dict[str, Any], epochs: int, total_batches: int, data_kind: str = "images") -> str:
     done, total = progress_of(snap, total_batches)
     per_epoch = snap.get("batches_in_epoch") or 0
     epoch = (snap.get("epoch") or 0) + 1
@@ -100,7 +124,7 @@ def plain_line(snap: dict[str, Any], epochs: int, total_batches: int) -> str:
     run = f" (run {done / total:.0%})" if total else ""
     parts = [
         f"epoch {epoch}/{epochs} batch {batch}/{per_epoch}{run}",
-        f"{fmt_number(snap.get('it_per_s'), 3)} it/s {fmt_number(snap.get('images_per_s'), 4)} img/s",
+        f"{fmt_number(snap.get('it_per_s'), 3)} it/s {fmt_number(snap.get('images_per_s'), 4)} {rate_unit(data_kind)}",
         f"ETA {fmt_clock(eta_s(snap, total_batches))}",
         f"loss {fmt_number(snap.get('loss'))} lr {fmt_number(snap.get('lr'), 3)}",
     ]

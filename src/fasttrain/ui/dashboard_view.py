@@ -20,25 +20,47 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
-from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
+from fasttrain.core.arithmetic import GIB, MIB
+from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number, plural
 from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard_format import (EPOCH_COLUMNS, LIVE_EPOCH_ROWS, epoch_columns, eta_s, fmt_value,
-                                           measured_vs_forecast, progress_of)
+from fasttrain.ui.dashboard_format import (LIVE_EPOCH_ROWS, epoch_columns, epoch_labels, epoch_progress_of, eta_s,
+                                           fmt_value, measured_vs_forecast, progress_of, rate_unit)
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 
 VERDICT_STYLE = {"input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}
 BAR_WIDTH = 30
+MIN_BAR_WIDTH = 8
 LABEL_WIDTH = 10
 FORECAST_LABELS = {"images_per_s": "images/s", "step_time_s": "step time", "peak_memory_bytes": "peak GPU memory"}
-VALUE_WIDTH = 12
+VALUE_WIDTH = 10
+# Epoch-table columns dropped first when the table is wider than the terminal (the rest of each row is in
+# metrics.jsonl): the first listed goes first. Never dropped: epoch, train loss, acc@1, time.
+EPOCH_DROP_ORDER = ("lr", "val_acc5", "telemetry_gpu_util_mean_pct", "train_s", "val_s", "data_wait_fraction",
+                    "telemetry_data_wait_fraction", "images_per_s", "telemetry_images_per_s", "val_loss")
+FILLED, EMPTY = "━", "─"   # distinct glyphs: without colour a bar still shows how full it is
 
 
 def bar(fraction: float | None, width: int = BAR_WIDTH, style: str = "green") -> Text:
-    """A progress bar of `width` cells: filled part in `style`, the rest dim."""
+    """A bar of `width` cells, round(fraction * width) of them filled (heavy line, in `style`), the rest a thin dim
+    line: the two differ in shape as well as colour, so the bar reads on a terminal without colour."""
     filled = 0 if fraction is None else max(0, min(width, round(fraction * width)))
-    return Text.assemble(("━" * filled, style), ("━" * (width - filled), "grey23"))
+    return Text.assemble((FILLED * filled, style), (EMPTY * (width - filled), "grey23"))
+
+
+def fit_fields(fields: Sequence[str], steps: Sequence[tuple[int, str | None]], width: int,
+               sep: str = " | ") -> str:
+    """Join `fields` within `width` cells: while too wide, apply the next step (field index, shorter text or
+    None to leave it out), lowest-priority change first."""
+    chosen: list[str | None] = list(fields)
+    def text() -> str:
+        return sep.join(t for t in chosen if t)
+    for index, replacement in steps:
+        if len(text()) <= width:
+            break
+        chosen[index] = replacement
+    return text()
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,7 @@ class ScreenModel:
     total_batches: int                     # loader batches over the whole run
     epochs: int
     rows: Sequence[dict[str, Any]]         # every finished epoch's row, oldest first
+    data_kind: str = "images"              # DataBundle.kind: img/s for images, samples/s for other data
 
 
 class EpochTable:
@@ -61,12 +84,13 @@ class EpochTable:
         self._key: tuple[int, int] | None = None   # (rows rendered, console width)
         self._segments: Segments | None = None
 
-    def segments(self, rows: Sequence[dict[str, Any]], console: Any) -> Segments | None:
+    def segments(self, rows: Sequence[dict[str, Any]], console: Any, data_kind: str = "images") -> Segments | None:
         if not rows:
             return None
         key = (len(rows), console.width)
         if self._segments is None or self._key != key:
-            lines = console.render_lines(epoch_table(list(rows[-LIVE_EPOCH_ROWS:])), console.options, pad=False)
+            table = epoch_table(list(rows[-LIVE_EPOCH_ROWS:]), width=console.width, data_kind=data_kind)
+            lines = console.render_lines(table, console.options, pad=False)
             segments: list[Segment] = []
             for line in lines:
                 segments += line
@@ -76,28 +100,65 @@ class EpochTable:
 
 
 def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console: Any) -> Group:
-    parts: list[Any] = [Text(f"fasttrain  {model.header}", style="bold"), _progress(model, snap)]
+    width = console.width
+    parts: list[Any] = [Text(header(model.plan, width), style="bold"), _progress(model, snap, width)]
     parts += _figures(model, snap)
-    parts += _split(snap)
+    parts += _split(snap, width)
     for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
         part.no_wrap, part.overflow = True, "crop"
     if snap:
         verdict = vd.assess(snap, model.plan, model.report)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))
-    cached = epochs.segments(model.rows, console)
+    cached = epochs.segments(model.rows, console, model.data_kind)
     if cached is not None:
         parts.append(cached)
     return Group(*parts)
 
 
-def _progress(model: ScreenModel, snap: dict[str, Any]) -> Text:
+def header(plan: Plan, width: int) -> str:
+    """The run in one line of at most `width` cells: profile, device, precision, batch, workers; the device's
+    reason, then the long forms, then whole fields at the end give way on a narrow terminal."""
+    p = plan
+    if p.world_size > 1:
+        batch = (f"batch {p.batch_size} x {p.accumulation_steps} accum x {p.world_size} processes = "
+                 f"{p.effective_batch} (DDP)", f"batch {p.effective_batch} ({p.world_size} procs)")
+        workers = (plural(p.workers, "worker") + " per process", f"{p.workers} wkr/proc")
+    else:
+        batch = (f"batch {p.batch_size} x {p.accumulation_steps} accum",
+                 f"batch {p.batch_size}" + (f"x{p.accumulation_steps}" if p.accumulation_steps > 1 else ""))
+        workers = (plural(p.workers, "worker"), f"{p.workers} wkr")
+    fields = [f"fasttrain  profile {p.profile_name}", f"{p.device} ({p.device_reason})", str(p.precision),
+              batch[0], workers[0]]
+    # what gives way first: the device's reason, the long batch and workers, then the workers, the precision
+    steps = [(1, str(p.device)), (3, batch[1]), (4, workers[1]), (4, None), (0, f"profile {p.profile_name}"),
+             (2, None)]
+    return fit_fields(fields, steps, width)
+
+
+def _progress(model: ScreenModel, snap: dict[str, Any], width: int = 10**6) -> Text:
+    """`epoch 2/3 [bar] 40/100 40%  run 47%  282 it/s  18,070 img/s  ETA 0:01:10`: the bar is the epoch's own
+    progress; the whole run's is the `run` figure. On a narrow terminal the bar shrinks, then it/s, the run
+    figure and the rate give way; the epoch, its batches and the ETA always stay."""
     done, total = progress_of(snap, model.total_batches)
+    e_done, e_total = epoch_progress_of(snap)
     epoch = (snap.get("epoch") or 0) + 1 if snap else 1
-    line = Text(f"epoch {epoch}/{model.epochs} ")
-    line.append_text(bar(done / total if total else None, style="magenta"))
-    line.append(f" {done}/{total} {done / total:.0%}" if total else f" {done}")
-    line.append(f"  {fmt_number(snap.get('it_per_s'), 3)} it/s  {fmt_number(snap.get('images_per_s'), 4)} img/s"
-                f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}")
+    head = f"epoch {epoch}/{model.epochs} "
+    count = f" {e_done:,}/{e_total:,} {e_done / e_total:.0%}" if e_total else f" {e_done:,}"
+    # (text, priority): shown in this order; the lowest priority gives way first
+    optional = [(f"  run {done / total:.0%}" if total else "", 3), (f"  {fmt_number(snap.get('it_per_s'), 3)} it/s", 1),
+                (f"  {fmt_number(snap.get('images_per_s'), 4)} {rate_unit(model.data_kind)}", 2)]
+    eta = f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}"
+    while True:  # drop optional parts until the line fits with at least a short bar
+        fixed = len(head) + len(count) + sum(len(t) for t, _ in optional) + len(eta)
+        if width - fixed >= MIN_BAR_WIDTH or not optional:
+            break
+        optional.remove(min(optional, key=lambda part: part[1]))
+    bar_width = min(BAR_WIDTH, width - fixed)
+    line = Text(head)
+    if bar_width >= MIN_BAR_WIDTH:
+        line.append_text(bar(e_done / e_total if e_total else None, width=bar_width, style="magenta"))
+    for text in [count, *(t for t, _ in optional), eta]:
+        line.append(text)
     return line
 
 
@@ -113,11 +174,7 @@ def _figures(model: ScreenModel, snap: dict[str, Any]) -> list[Text]:
         left.append(_cell("skipped", str(snap["skipped_steps"])))
     right: list[Text] = []
     if snap.get("gpu_mem_allocated_bytes") is not None:
-        total = snap.get("gpu_mem_total_bytes")
-        right.append(_cell("GPU mem", f"{fmt_bytes(snap['gpu_mem_allocated_bytes'])} alloc / "
-                                      f"{fmt_bytes(snap.get('gpu_mem_reserved_bytes') or 0)} rsvd / "
-                                      f"{fmt_bytes(snap.get('gpu_mem_peak_bytes') or 0)} peak"
-                                      + (f" of {fmt_bytes(total)}" if total else ""), 0))
+        right.append(_cell("GPU mem", gpu_memory(snap), 0))
     if snap.get("gpu_util_pct") is not None:
         power, limit = snap.get("gpu_power_w"), snap.get("gpu_power_limit_w")
         watts = "" if power is None else f", {power:.0f}" + (f"/{limit:.0f}" if limit else "") + " W"
@@ -145,14 +202,30 @@ def _figures(model: ScreenModel, snap: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _split(snap: dict[str, Any]) -> list[Text]:
-    """Where each step's time goes, as bars of the three measured parts."""
+def gpu_memory(snap: dict[str, Any]) -> str:
+    """`5.0 alloc / 6.0 rsvd / 7.0 peak of 24.0 GiB`: one unit for all four (GiB when any is 1 GiB or more), so
+    the line fits beside the training figures on an 80-column terminal."""
+    values = [snap.get("gpu_mem_allocated_bytes") or 0, snap.get("gpu_mem_reserved_bytes") or 0,
+              snap.get("gpu_mem_peak_bytes") or 0]
+    total = snap.get("gpu_mem_total_bytes")
+    gib = max(values + [total or 0]) >= GIB
+    def num(n: float) -> str:
+        return f"{n / GIB:.1f}" if gib else f"{n / MIB:,.0f}"
+    alloc, rsvd, peak = (num(n) for n in values)
+    return f"{alloc} alloc / {rsvd} rsvd / {peak} peak" + (f" of {num(total)}" if total else "") + \
+        (" GiB" if gib else " MiB")
+
+
+def _split(snap: dict[str, Any], width: int = 10**6) -> list[Text]:
+    """Where each step's time goes, as bars of the three measured parts (each bar as wide as the line allows,
+    at most BAR_WIDTH; its filled length is the fraction of the bar)."""
+    bar_width = max(MIN_BAR_WIDTH, min(BAR_WIDTH, width - 10 - 5 - len("  000.0 ms/step")))
     lines = []
     for label, key, style in (("data wait", "data_wait", "red"), ("host->dev", "h2d", "yellow"),
                               ("compute", "compute", "green")):
         frac, per_step = snap.get(f"{key}_fraction"), snap.get(f"{key}_s")
         line = Text(f"{label:>9} ", style="dim")
-        line.append_text(bar(frac, style=style))
+        line.append_text(bar(frac, width=bar_width, style=style))
         line.append(f" {frac:4.0%}" if frac is not None else "    -")
         if per_step is not None:
             line.append(f"  {per_step * 1000:.1f} ms/step", style="dim")
@@ -160,11 +233,25 @@ def _split(snap: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def epoch_table(rows: list[dict[str, Any]]) -> Table:
+def epoch_table(rows: list[dict[str, Any]], width: int | None = None, data_kind: str = "images") -> Table:
+    """The finished epochs, one row each. With `width`, columns are left out (EPOCH_DROP_ORDER) until every cell
+    fits whole: a value is never cut to `0:00:…`."""
+    labels = epoch_labels(data_kind)
     keys = epoch_columns(rows)
+    cells = {k: [fmt_value(k, row.get(k)) for row in rows] for k in keys}
+    def label(key: str) -> str:
+        return labels.get(key, key.replace("_", " "))
+    def needed(ks: list[str]) -> int:  # heavy box: a border before each column and one at the end, 1 pad each side
+        return sum(max(len(label(k)), *(len(c) for c in cells[k])) + 3 for k in ks) + 1
+    if width is not None:
+        for key in EPOCH_DROP_ORDER:
+            if needed(keys) <= width:
+                break
+            if key in keys and len(keys) > 1:
+                keys.remove(key)
     table = Table(title="epochs", title_justify="left")
     for key in keys:
-        table.add_column(EPOCH_COLUMNS.get(key, key.replace("_", " ")), justify="right")
-    for row in rows:
-        table.add_row(*(fmt_value(k, row.get(k)) for k in keys))
+        table.add_column(label(key), justify="right", no_wrap=True)
+    for i in range(len(rows)):
+        table.add_row(*(cells[k][i] for k in keys))
     return table
