@@ -148,8 +148,8 @@ def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pyt
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--epochs", "90",
               "--dry-run")
     assert res.code == 0, res.err
-    assert "batch        128 per device x 2 accumulation x 1 devices = effective batch 256" in res.out
-    assert "scaled LR 0.5," in res.out
+    assert "batch        128 per device x 2 accumulation x 1 device = effective batch 256" in res.out
+    assert "-> 0.5 at batch 256" in res.out
     assert ("note         batch 256 does not fit in 20.0 GiB of RAM (needs ~25.8 GiB): micro-batch 128 x 2 "
             "accumulation steps, effective batch 256 and LR unchanged") in res.out
     from fasttrain.train import footprint
