@@ -7,13 +7,13 @@ measurements; the same dict `--json` prints. No torch import here.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.files import write_text_atomic
 from fasttrain import __version__
 
 RESULT_FILE = "result.json"
@@ -53,10 +53,7 @@ def write_result(run_dir: Path, data: dict[str, Any]) -> Path:
     """Atomic write (temp file + rename) of result.json; returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RESULT_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 # A result.json is a few kB; anything far larger is not one (and must not be read into memory whole).

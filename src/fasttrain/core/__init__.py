@@ -1,7 +1,7 @@
 """The bottom layer: what every other folder may use, and nothing heavy.
 
 Errors that become exit codes, how numbers read on screen, the terminal check and one console per
-stream, did-you-mean suggestions, the cache directory, the shared batch/LR/RAM arithmetic (`fasttrain.core.arithmetic`),
+stream, did-you-mean suggestions, the cache directory, atomic file writes, the shared batch/LR/RAM arithmetic (`fasttrain.core.arithmetic`),
 and the lazy package faces themselves.
 """
 from fasttrain.core.exports import lazy_face
@@ -22,4 +22,5 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "lazy_face": "exports",
     "default_cache_dir": "cache_dir",
     "writable_cache_dir": "cache_dir",
+    "write_text_atomic": "files",
 })

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.files import write_text_atomic
 from fasttrain.core.cache_dir import writable_cache_dir
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problem, UserError
@@ -74,10 +73,7 @@ def store(key: str, result: SearchResult, path: Path | None = None) -> None:
     entry = result.to_dict()
     entry.update(from_cache=False, key=key, stored_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     data[key] = entry
-    fd, tmp = tempfile.mkstemp(prefix=".batch_cache.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 # -- the torch runner ------------------------------------------------------------------------------------

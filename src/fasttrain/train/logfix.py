@@ -9,12 +9,12 @@ its traceback; while a run logs, such an error is recorded by the run log (it wa
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.files import write_text_atomic
 from fasttrain.train.diskspace import disk_write_error
 
 
@@ -50,16 +50,7 @@ def truncate_metrics(path: Path, epoch: int, batch: int) -> int:
                 dropped += 1
     if not dropped:
         return 0
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(keep)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(keep), durable=True)
     return dropped
 
 

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.files import write_text_atomic
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.diskspace import disk_full, disk_write_error
 from fasttrain.train.logfix import quiet_writer_threads, truncate_metrics
@@ -156,12 +157,12 @@ class RunLog:
         path = self.run_dir / PROFILE_FILE
         text = yaml.safe_dump(_clean(profile), sort_keys=False, default_flow_style=False)
         comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
-        return self._guarded(PROFILE_FILE, lambda: _atomic_write(path, comment + text))
+        return self._guarded(PROFILE_FILE, lambda: write_text_atomic(path, comment + text))
 
     def write_summary(self, summary: dict[str, Any]) -> Path | None:
         """None when the disk refused it (warned; the summary still reaches the display and --json)."""
         path = self.run_dir / SUMMARY_FILE
-        return self._guarded(SUMMARY_FILE, lambda: _atomic_write(path, json.dumps(_clean(summary), indent=2,
+        return self._guarded(SUMMARY_FILE, lambda: write_text_atomic(path, json.dumps(_clean(summary), indent=2,
                                                                                   sort_keys=True) + "\n"))
 
     # -- metrics -------------------------------------------------------------------------------
@@ -264,18 +265,6 @@ class RunLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _atomic_write(path: Path, text: str) -> Path:
-    """Write to a temp file then rename: a reader never sees half a summary; a failed write leaves no temp file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
