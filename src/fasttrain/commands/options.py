@@ -7,7 +7,6 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +101,12 @@ def _seed_callback(value: Any) -> Any:  # typer passes the value as the callback
 
 
 def check_minutes(value: float | None, flag: str = "--save-every-minutes") -> float | None:
-    """A positive, finite number of minutes (nan, inf, 0 and negatives are refused), else UserError."""
-    if value is None:
+    """--save-every-minutes checked by train's own rule (train/gather.py check_minutes), which also checks a
+    resumed run's saved value."""
+    if value is None:  # off: no need to import the train layer while parsing
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UserError([Problem(flag, "must be a positive, finite number of minutes", "e.g. " + flag + " 30",
-                                 value)])
-    return float(value)
+    from fasttrain.train.gather import check_minutes as check
+    return check(value, flag)
 
 
 def save_every_minutes_option() -> Any:

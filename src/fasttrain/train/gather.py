@@ -132,6 +132,16 @@ def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, P
     return args, resume_path, payload
 
 
+def check_minutes(value: object, flag: str = "--save-every-minutes") -> float | None:
+    """A positive, finite number of minutes (nan, inf, 0 and negatives are refused), else UserError. Pure."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError([Problem(flag, "must be a positive, finite number of minutes", "e.g. " + flag + " 30",
+                                 value)])
+    return float(value)
+
+
 def _check_values(args: TrainArgs) -> None:
     for flag, value in (("--epochs", args.epochs), ("--num-classes", args.num_classes),
                         ("--save-every", args.save_every)):
@@ -139,10 +149,7 @@ def _check_values(args: TrainArgs) -> None:
             raise UserError([Problem(flag, "must be at least 1", value=value)])
     if args.image_size is not None:
         check_image_size(args.image_size)
-    minutes = args.save_every_minutes  # also a resumed run's saved value, which no option callback has seen
-    if minutes is not None and not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
-        raise UserError([Problem("--save-every-minutes", "must be a positive, finite number of minutes",
-                                 "e.g. --save-every-minutes 30", minutes)])
+    check_minutes(args.save_every_minutes)  # also a resumed run's saved value, which no option callback has seen
     from fasttrain.train.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
