@@ -144,3 +144,38 @@ def test_bad_batch_size_exits_2(cli, setup) -> None:  # noqa: ANN001
     data, profile = setup
     res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--batch-size", "-3")
     assert res.code == 2 and "--batch-size" in res.err and "Traceback" not in res.err
+
+
+def test_dry_run_of_a_multi_gpu_line_plans_for_the_profiles_machine(cli, tmp_path: Path) -> None:
+    """The README's `train --profile aws-a10g --nproc-per-node 4` (marked "needs 4 GPUs"): its dry run on a machine
+    without a CUDA GPU plans the 4 x A10G job the profile describes and says why a real run here would stop; the real
+    run here is still refused before any process starts (exit 2, one line)."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("checks the plan made on a machine without a CUDA GPU")
+    data = write_image_folder(tmp_path / "data", classes=4, train_per_class=65, val_per_class=2)
+    line = ["train", "--profile", "aws-a10g", "--data", str(data), "--nproc-per-node", "4", "--model", "tiny_cnn",
+            "--set", "loader.batch_size=64"]  # 260 train images: 65 per process
+    res = cli(*line, "--dry-run", "--json")
+    assert res.code == 0, res.err
+    view = json.loads(res.out)
+    plan = view["plan"]
+    assert (plan["device"], plan["world_size"], plan["effective_batch"]) == ("cuda", 4, 256)
+    assert plan["workers"] <= 4  # 16 cores shared by 4 processes, not 12 each
+    assert any("planned for the profile's machine (4 x A10G" in n and "real run here stops" in n
+               for n in view["notes"]), view["notes"]
+    real = cli(*line, "--epochs", "1")
+    assert real.code == 2 and "Traceback" not in real.out + real.err
+    assert "--nproc-per-node" in real.err and "CPU processes on" in real.err
+
+
+def test_a_too_small_share_names_the_processes(cli, tmp_path: Path) -> None:
+    """With 4 processes, each gets a quarter of the data: the refusal says so instead of 'larger than N samples'."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("checks the plan made on a machine without a CUDA GPU")
+    data = write_image_folder(tmp_path / "data", classes=2, train_per_class=20, val_per_class=2)
+    res = cli("train", "--profile", "aws-a10g", "--data", str(data), "--nproc-per-node", "4", "--dry-run",
+              "--set", "loader.batch_size=16")
+    assert res.code == 2, res.out
+    assert "each process's share" in res.err and "for each of 4 processes" in res.err

@@ -34,9 +34,9 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
     """(quantity, value, arithmetic) rows for `show`: every derived value with its working."""
     w = p.world_size
     rows = [
-        ("world size", str(w), f"{p.world.nodes} nodes x {p.world.gpus_per_node} GPUs per node"),
+        ("world size", str(w), f"{plural(p.world.nodes, 'node')} x {plural(p.world.gpus_per_node, 'GPU')} per node"),
         ("effective batch", str(p.effective_batch),
-         f"{p.loader.batch_size} per device x {p.optim.accumulation_steps} accumulation x {w} devices"),
+         f"{p.loader.batch_size} per device x {p.optim.accumulation_steps} accumulation x {plural(w, 'device')}"),
         ("scaled LR", f"{p.scaled_lr:.6g}",
          f"{p.optim.base_lr:g} x {p.effective_batch} / {p.optim.base_batch} (linear rule)"),
         ("batch bytes", fmt_bytes(p.batch_bytes),
@@ -51,7 +51,7 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
                  f"{working}; budget {fmt_bytes(budget)} = {p.hardware.ram_budget_fraction:.0%} of "
                  f"{p.hardware.host_ram_gb:g} GiB"))
     if w > 1:
-        rows.append(("total workers", str(p.loader.num_workers * w), f"{p.loader.num_workers} x {w} devices"))
+        rows.append(("total workers", str(p.loader.num_workers * w), f"{p.loader.num_workers} x {plural(w, 'device')}"))
     if dataset_size:
         it = p.iterations_per_epoch(dataset_size)
         op = "floor" if p.loader.drop_last else "ceil"

@@ -178,19 +178,26 @@ def prepare(given: TrainArgs) -> Prepared:
         resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
         notes.append(auto_note)
     plan = _make_plan(resolved.profile, report, bundle.train_size, notes)
-    _check_world(plan, resolved.profile, report, launched=world is not None or args.launch is not None)
+    report, plan = _world_or_target(args.dry_run, resolved.profile, report, plan, bundle.train_size, notes,
+                                    launched=world is not None or args.launch is not None)
     if args.batch_size is None or check_batch_option(args.batch_size) is not None:  # auto already sized it here
         resolved, plan = _fit_memory(args, ref, resolved, plan, report, model_name, bundle, world, notes,
                                      _saved_split(payload))
     profile = resolved.profile
     if plan.iterations_per_epoch == 0:
-        raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training samples, "
-                                 "so an epoch has no full batch", "lower it with --set loader.batch_size=N",
-                                 plan.batch_size)])
+        raise UserError([Problem("loader.batch_size", _no_full_batch(bundle.train_size, plan.world_size),
+                                 "lower it with --set loader.batch_size=N", plan.batch_size)])
     if payload is not None:
         from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+
+
+def _no_full_batch(train_size: int, world_size: int) -> str:
+    if world_size <= 1:
+        return f"larger than the {train_size:,} training samples, so an epoch has no full batch"
+    return (f"larger than each process's share of the {train_size:,} training samples ({train_size // world_size:,} "
+            f"for each of {world_size} processes), so an epoch has no full batch")
 
 
 def check_runs_dir(target: Path) -> None:
@@ -280,6 +287,39 @@ def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: 
     if plan.device == "cpu" and per_node > report.cores:
         raise UserError([Problem("--nproc-per-node", f"{per_node} CPU processes on {report.cores} cores: each would "
                                  "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
+
+
+def _world_or_target(dry_run: bool, profile: Any, report: HardwareReport, plan: Plan, dataset_size: int,
+                     notes: list[str], *, launched: bool) -> tuple[HardwareReport, Plan]:
+    """(report, plan) the run is made for. A world this machine cannot serve is refused, except in a dry run of a
+    GPU profile on a machine with no CUDA GPU: that plans for the profile's own machine (its GPU, cores and RAM), so
+    `--dry-run` of a documented 4-GPU line shows the 4-GPU plan here, and says why a real run here would stop."""
+    try:
+        _check_world(plan, profile, report, launched=launched)
+        return report, plan
+    except UserError as refusal:
+        target = _profile_machine(profile) if dry_run and not report.torch.cuda_available else None
+        if target is None:
+            raise
+        why = "; ".join(p.message for p in refusal.problems)
+        gpu = target.gpus[0]
+        notes.append(f"planned for the profile's machine ({profile.world.gpus_per_node} x {gpu.name}, "
+                     f"{target.cores} cores, {profile.hardware.host_ram_gb:g} GB RAM), not this one: it has no CUDA "
+                     f"GPU, and a real run here stops ({why})")
+        plan = _make_plan(profile, target, dataset_size, notes)
+        _check_world(plan, profile, target, launched=launched)
+        return target, plan
+
+
+def _profile_machine(profile: Any) -> HardwareReport | None:
+    """The machine a GPU profile describes (hardware.gpu, vram_gb, cpu_cores, host_ram_gb), or None for a CPU one."""
+    from fasttrain.estimate.gather import gpu_report
+    from fasttrain.hardware import gpus
+    spec = gpus.find_gpu(profile.hardware.gpu or "")
+    if spec is None:
+        return None
+    usable = profile.hardware.vram_gb
+    return gpu_report(profile, spec, int(usable * 1024 ** 3) if usable else (spec.memory_bytes or 0))
 
 
 def _auto_batch(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
