@@ -16,8 +16,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fasttrain train
 
+# Two test processes even on a 2-core machine: much of the suite waits on child processes (torch's import, a
+# subprocess's start), so two workers overlap that waiting; more than 4 would only oversubscribe the training tests.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n logical --maxprocesses 4
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cli_startup.py

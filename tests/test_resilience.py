@@ -52,6 +52,8 @@ def test_nan_stops_after_three_in_a_row_and_keeps_the_last_good_checkpoint(train
     assert res.code == 1, res.err
     assert "3 steps in a row had a non-finite loss" in res.err and "epoch 2, batch 5" in res.err
     assert "LR 0.0001875" in res.err and f"Last good checkpoint: {run / 'last.pt'} (intact)" in res.err
+    error = json.loads(res.out)["error"]  # under --json a failed job is a JSON object on stdout too (exit 1)
+    assert error["code"] == 1 and "3 steps in a row had a non-finite loss" in error["problems"][0]["message"]
     payload = ck.load(run / "last.pt")
     assert payload["epoch"] == 1 and all(torch.isfinite(t).all() for t in payload["model"].values())
 

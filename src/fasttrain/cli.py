@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     except JobFailed as exc:
         if _debugging(argv):
             raise
+        if _wants_json(argv):  # a script reading stdout gets JSON for a failed job too, with the same reason
+            _print_json_error(exc.exit_code, [{"where": "", "message": str(exc), "fix": "", "value": None}])
         print(f"{me}: failed: {exc}", file=sys.stderr)
         return exc.exit_code
     except exits as exc:
