@@ -54,6 +54,7 @@ class TrainArgs:
     save_every_minutes: float | None = None
     batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
     launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
+    no_tune: bool = False                # --no-tune: no timed trial of the candidate settings (train/tune.py)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 
@@ -75,6 +76,7 @@ class Prepared:
     resume_path: Path | None = None
     resume_payload: dict[str, Any] | None = None
     world: WorkerWorld | None = None     # set in a torchrun worker
+    tuning: dict[str, Any] | None = None  # the cached tuning entry applied to the plan (train/tune.py)
 
     @property
     def is_main(self) -> bool:
@@ -177,7 +179,7 @@ def prepare(given: TrainArgs) -> Prepared:
     if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
         resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
         notes.append(auto_note)
-    plan = _make_plan(resolved.profile, report, bundle.train_size, notes)
+    plan = _make_plan(resolved, report, bundle, notes)
     _check_world(plan, resolved.profile, report, launched=world is not None or args.launch is not None)
     if args.batch_size is None or check_batch_option(args.batch_size) is not None:  # auto already sized it here
         resolved, plan = _fit_memory(args, ref, resolved, plan, report, model_name, bundle, world, notes,
@@ -190,7 +192,10 @@ def prepare(given: TrainArgs) -> Prepared:
     if payload is not None:
         from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
-    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+    prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+    from fasttrain.train.tune import apply_cached
+    plan, cached = apply_cached(prep)
+    return replace(prep, plan=plan, tuning=cached)
 
 
 def check_runs_dir(target: Path) -> None:
@@ -221,9 +226,16 @@ def check_runs_dir(target: Path) -> None:
                 pass
 
 
-def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
-    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
-    return make_plan(profile, report, dataset_size=dataset_size, extra_notes=tuple(notes))
+IN_MEMORY_KINDS = ("synthetic", "custom")  # samples that need no decoding: tensors made or held in memory
+
+
+def _make_plan(resolved: Resolved, report: HardwareReport, bundle: Any, notes: list[str]) -> Plan:
+    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's. Data in memory get
+    0 workers unless the user set loader.num_workers (the preset's count is for decoding images)."""
+    own = not resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default"))
+    in_memory = bundle.kind if bundle.kind in IN_MEMORY_KINDS and not own else None
+    return make_plan(resolved.profile, report, dataset_size=bundle.train_size, extra_notes=tuple(notes),
+                     in_memory=in_memory)
 
 
 def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, report: HardwareReport, model_name: str,
@@ -240,7 +252,7 @@ def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, repor
         flags = {**flag_overrides(args, world), "loader.batch_size": (source, micro),
                  "optim.accumulation_steps": (source, accumulation)}
         resolved = presets.resolve(ref, sets=args.sets, flags=flags)
-        plan = _make_plan(resolved.profile, report, bundle.train_size, [*notes, *([note] if note else [])])
+        plan = _make_plan(resolved, report, bundle, [*notes, *([note] if note else [])])
     if args.launch is not None and not args.dry_run:
         os.environ[footprint.HANDOFF_ENV] = f"{plan.batch_size},{plan.accumulation_steps}"
     return resolved, plan
@@ -317,8 +329,22 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
         "base_batch": prep.resolved.profile.optim.base_batch,
         "plan": p.to_dict(),
+        "tuning": _tuning_view(prep),
         "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
     }
+
+
+def _tuning_view(prep: Prepared) -> dict[str, Any]:
+    """What the tuning trial found (cached), or why none will run, for --dry-run."""
+    from fasttrain.train.tune import planned_steps, tuning_line
+    from fasttrain.tuning.decide import skip_reason
+
+    if prep.tuning:
+        return {"cached": True, **prep.tuning, "line": tuning_line({"cached": True, **prep.tuning})}
+    reason = skip_reason(planned_steps(prep.plan, prep.resolved.profile.optim.epochs), no_tune=prep.args.no_tune,
+                         cached=False, distributed=prep.plan.world_size > 1)
+    findings = {"skipped": reason} if reason else None
+    return {**(findings or {}), "line": tuning_line(findings)}
 
 
 def _chosen(value: Any, requested: Any, reason: str) -> str:
@@ -353,6 +379,7 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
         f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
         f"model        {view['model']}",
+        f"tuning       {view['tuning']['line']}",
     ]
     lines += [f"note         {n}" for n in view["notes"]]
     return lines
