@@ -188,7 +188,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         precision_requested=profile.speed.precision, precision=precision, precision_reason=precision_reason,
         channels_last=profile.speed.channels_last, compile=compile_on, compile_mode=profile.speed.compile_mode,
         compile_reason=compile_reason, tf32=tf32, cudnn_benchmark=profile.speed.cudnn_benchmark and cuda,
-        fused_optimizer=profile.speed.fused_optimizer and cuda,
+        fused_optimizer=profile.speed.fused_optimizer,  # fused kernels exist for the CPU too (bench speedups)
         batch_size=profile.loader.batch_size, accumulation_steps=profile.optim.accumulation_steps,
         world_size=profile.world_size, effective_batch=profile.effective_batch,
         base_lr=profile.optim.base_lr, scaled_lr=profile.scaled_lr,

@@ -91,7 +91,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     epochs = prep.resolved.profile.optim.epochs
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
-                            data_kind=prep.bundle.kind)) as listener:
+                            data_kind=prep.bundle.kind, measured=_measured(prep))) as listener:
         listener.on_run_start(plan, plan_view(prep)["notes"])
         if tuning:
             from fasttrain.train.tune import tuning_line
@@ -100,6 +100,16 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     if "stop_message" in summary and main:  # a stop request ended the run: say where and how to resume
         print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary
+
+
+def _measured(prep: Prepared) -> tuple[Any, ...]:
+    """What was measured on this machine with this torch and model (tuning trials, bench speedups)."""
+    from fasttrain.tuning.store import load_cache, machine_id, machine_measurements
+    try:
+        entries = load_cache()
+    except Exception:  # noqa: BLE001 - no cache directory: nothing measured
+        return ()
+    return tuple(machine_measurements(entries, machine_id(prep.report), prep.report.torch.version, prep.model_name))
 
 
 def _open_data(prep: Prepared, dist: Any) -> tuple[Any, Any, Any, int]:

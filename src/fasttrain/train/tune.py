@@ -116,10 +116,11 @@ class _Trial:
         data = SyntheticBatches(plan.batch_size, plan.image_size, prep.bundle.num_classes, trainer.device,
                                 self.warm + self.timed)
         out: dict[int, float] = {}
+        first = not self.rows  # the process's first steps also start its thread pool and kernel caches
         for n in threads or [0]:
             if n and plan.device == "cpu":
                 torch.set_num_threads(n)
-            trainer.train_epoch(data, 0, batches=self.warm)
+            trainer.train_epoch(data, 0, batches=self.warm + (1 if first else 0))
             _sync(trainer.device)
             t0 = time.perf_counter()
             trainer.train_epoch(data, 0, batches=self.timed)

@@ -41,6 +41,12 @@ def latest(setting: str, value: Any, measurements: list[Measurement]) -> Measure
     return found[-1] if found else None
 
 
+def latest_of(setting: str, measurements: list[Measurement]) -> Measurement | None:
+    """The newest measurement of `setting` at any value. Pure."""
+    found = [m for m in measurements if m.setting == setting]
+    return found[-1] if found else None
+
+
 def advise(setting: str, value: Any, measurements: list[Measurement]) -> Advice:
     """Whether `setting=value` is worth suggesting here, and the words that say why. Pure."""
     m = latest(setting, value, measurements)
