@@ -104,14 +104,14 @@ def test_one_process_per_gpu_and_no_more() -> None:
     from fasttrain.profiles import presets
     from fasttrain.plan import make_plan
     from fasttrain.hardware.report import HardwareReport
-    from fasttrain.train.gather import _check_world
+    from fasttrain.train.world import check_world
     report = HardwareReport.model_validate_json((FIXTURES / "reports" / "a10g_x4.json").read_text())
     for procs in (1, 4, 5):
         profile = presets.resolve("aws-a10g", sets=[f"world.gpus_per_node={procs}", "loader.num_workers=2"]).profile
         plan = make_plan(profile, report)
         assert plan.device == "cuda"
         if procs <= 4:
-            _check_world(plan, profile, report, launched=True)
+            check_world(plan, profile, report, launched=True)
         else:
             with pytest.raises(UserError, match="5 processes per node, but torch sees 4 GPU"):
-                _check_world(plan, profile, report, launched=True)
+                check_world(plan, profile, report, launched=True)

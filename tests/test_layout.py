@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "fasttrain"
 
 # Lowest first. A module may import its own folder and any folder earlier in this list, nothing later.
-LAYERS = ["core", "hardware", "profiles", "plan", "models", "datasets", "telemetry",
+LAYERS = ["core", "hardware", "tuning", "profiles", "plan", "models", "datasets", "telemetry",
           "estimate", "doctor", "train", "bench", "ui", "commands", "cli"]
 TOP_LEVEL_ALIASES = {"__main__": "cli", "__init__": "core"}
 MAX_LINES = 400

@@ -76,6 +76,7 @@ class Plan:
     ram_budget_bytes: int
     dataset_size: int | None = None
     iterations_per_epoch: int | None = None
+    cpu_threads: int | None = None  # compute threads on the CPU; None: cores minus loader workers (models/setup.py)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -113,12 +114,17 @@ def cores_per_process_workers(cores: int, processes_per_node: int) -> int:
     return max(0, cores // max(processes_per_node, 1) - 1)
 
 
-def _workers(profile: Profile, report: HardwareReport, budget: int) -> tuple[int, str, str | None]:
-    """-> (workers per process, why, a plan note when several processes on this machine had to share it)."""
+def _workers(profile: Profile, report: HardwareReport, budget: int,
+             in_memory: str | None = None) -> tuple[int, str, str | None]:
+    """-> (workers per process, why, a plan note when several processes on this machine had to share it).
+    `in_memory`: the data's kind when its samples need no decoding (tensors in memory): 0 workers, so every core
+    computes (a worker would only pass tensors across a process boundary); a measured trial may say otherwise."""
     asked = profile.loader.num_workers
     per_node = profile.world.gpus_per_node
     if per_node > 1:
         return _shared_workers(profile, report, budget)
+    if in_memory and asked:
+        return 0, f"{in_memory} data are tensors in memory: nothing to decode, every core computes", None
     workers, reasons = asked, []
     if workers > report.cores:
         workers = report.cores
@@ -151,9 +157,9 @@ def _shared_workers(profile: Profile, report: HardwareReport, budget: int) -> tu
 
 
 def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None,
-              extra_notes: tuple[str, ...] = ()) -> Plan:
+              extra_notes: tuple[str, ...] = (), in_memory: str | None = None) -> Plan:
     """The profile resolved against this machine. `extra_notes`: the caller's own reasons (an automatic batch's
-    explanation), shown after the plan's."""
+    explanation), shown after the plan's. `in_memory`: the data's kind when it needs no decoding (see _workers)."""
     check_image_size(profile.loader.image_size, "loader.image_size")
     cuda = report.has_cuda
     if cuda:
@@ -168,7 +174,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
     precision, precision_reason = _precision(profile, report, cuda)
     compile_on, compile_reason = _compile(profile, report)
     budget = ar.ram_budget_bytes(report.memory.ram_total_bytes / ar.GIB, profile.hardware.ram_budget_fraction)
-    workers, workers_reason, workers_note = _workers(profile, report, budget)
+    workers, workers_reason, workers_note = _workers(profile, report, budget, in_memory)
     gpu = report.training_gpu()
     tf32 = profile.speed.tf32 and cuda and bool(gpu and gpu.tf32_supported)
     notes = [workers_note] if workers_note else []
@@ -182,7 +188,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         precision_requested=profile.speed.precision, precision=precision, precision_reason=precision_reason,
         channels_last=profile.speed.channels_last, compile=compile_on, compile_mode=profile.speed.compile_mode,
         compile_reason=compile_reason, tf32=tf32, cudnn_benchmark=profile.speed.cudnn_benchmark and cuda,
-        fused_optimizer=profile.speed.fused_optimizer and cuda,
+        fused_optimizer=profile.speed.fused_optimizer,  # fused kernels exist for the CPU too (bench speedups)
         batch_size=profile.loader.batch_size, accumulation_steps=profile.optim.accumulation_steps,
         world_size=profile.world_size, effective_batch=profile.effective_batch,
         base_lr=profile.optim.base_lr, scaled_lr=profile.scaled_lr,

@@ -135,10 +135,30 @@ def speedups_cmd(
                             only=chosen, progress=say)
     result.update(model=model, profile=ref, batch_message=batch_msg)
     path = _save("speedups", out, result, report)
+    _remember_speedups(result, report, model)
     if as_json:
         print_json(result)
         return
     bench_view.render_speedups(result, path, console())
+
+
+def _remember_speedups(result: dict[str, Any], report: Any, model: str) -> None:
+    """What bench speedups measured goes to the measurement cache, where doctor, estimate and train's verdict
+    read it (tuning/store.py): no command then suggests a setting measured slower here."""
+    from datetime import date
+
+    from fasttrain.bench.speedups import measurements_from_rows
+    from fasttrain.tuning.store import TrialKey, machine_id, record
+
+    found = measurements_from_rows(result["rows"], date.today().isoformat())
+    if not found:
+        return
+    key = TrialKey(machine_id(report), model, "synthetic", result["image_size"], result["batch_size"],
+                   report.torch.version or "unknown")
+    try:
+        record(key, measurements=found)
+    except UserError:  # an unusable cache directory: the result file still has every figure
+        pass
 
 
 # -- bench batch ---------------------------------------------------------------------------------------------

@@ -43,6 +43,16 @@ def load_report(path: Path) -> Any:
                                  "give a file written by `fasttrain doctor --json`")])
 
 
+def _measured(report: Any) -> list[Any]:
+    """Everything measured on the machine the report describes, with its torch (tuning trials, bench)."""
+    from fasttrain.tuning.store import load_cache, machine_id, machine_measurements
+    try:
+        entries = load_cache()
+    except UserError:  # an unusable FASTTRAIN_CACHE: nothing measured to read
+        return []
+    return machine_measurements(entries, machine_id(report), report.torch.version)
+
+
 def _profile(ref: str | None, report: Any) -> tuple[Any, str]:
     from fasttrain.profiles import presets
     from fasttrain.profiles.recommend import best_preset
@@ -84,7 +94,7 @@ def doctor_cmd(
     report = load_report(report_from) if report_from else hardware.probe(data_dir=data)
     prof, label = _profile(profile, report)
     findings = doctor.run_rules(report, prof, target, profile_label=label)
-    rec = recommend(report)
+    rec = recommend(report, _measured(report))
     written = None
     if write_profile is not None:
         from fasttrain.profiles.writer import write_profile as write

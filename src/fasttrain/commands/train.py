@@ -69,6 +69,8 @@ def train_cmd(
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT",
                                                 rich_help_panel="Several GPUs",
                                                 help="Where node 0 waits for the others (needed with --nnodes > 1)."),
+    no_tune: bool = typer.Option(False, "--no-tune", help="Skip the short timed trial of the candidate speed "
+                                 "settings before the first epoch (and any cached result of one)."),
     rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
                                      rich_help_panel="Several GPUs",
                                      help="How long the machines get to find each other."),
@@ -93,7 +95,7 @@ def train_cmd(
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
-                               batch_size=batch_size, launch=launch,
+                               batch_size=batch_size, launch=launch, no_tune=no_tune,
                                explicit=given)
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
@@ -137,7 +139,7 @@ def _dashboard(display: "RunDisplay") -> "Dashboard":
     mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
-                     forecast=display.forecast, data_kind=display.data_kind)
+                     forecast=display.forecast, data_kind=display.data_kind, measured=display.measured)
 
 
 def _given(ctx: typer.Context) -> set[str]:

@@ -40,10 +40,10 @@ def configure_backends(plan: Plan) -> list[str]:
         torch.backends.cudnn.allow_tf32 = plan.tf32
         torch.backends.cudnn.benchmark = plan.cudnn_benchmark
     if plan.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        threads = cpu_threads(plan.workers)
+        threads = plan.cpu_threads or cpu_threads(plan.workers)
         torch.set_num_threads(threads)
-        notes.append(f"CPU compute threads: {threads} (cores minus {plan.workers} loader workers; "
-                     "OMP_NUM_THREADS overrides)")
+        why = "measured by the tuning trial" if plan.cpu_threads else f"cores minus {plan.workers} loader workers"
+        notes.append(f"CPU compute threads: {threads} ({why}; OMP_NUM_THREADS overrides)")
     if plan.device == "cpu":
         kept = cpu_allocator.keep_freed_memory()
         if kept:

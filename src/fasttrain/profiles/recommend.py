@@ -20,6 +20,8 @@ from fasttrain.profiles import presets
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 from fasttrain.core.format import fmt_bytes
+from fasttrain.tuning.advice import advise, describe, latest_of
+from fasttrain.tuning.store import Measurement
 
 CPU_PRESET = "cpu"
 
@@ -235,8 +237,30 @@ def _speed(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, pre
             if gpu else "CPU: no cuDNN")
 
 
-def recommend(report: HardwareReport) -> Recommendation:
-    """The best preset for this machine and the settings tuned to it (see the module docstring)."""
+def _measured(rec: Recommendation, measured: list[Measurement]) -> None:
+    """What trials and benchmarks measured on this machine overrides the rules of thumb (tuning/advice.py: the
+    same advice train's verdict and bench give); each such setting names its measurement."""
+    compile_on = advise("compile", True, measured)
+    if compile_on.measured is not None:
+        rec.set("speed.compile", rec.settings.get("speed.compile", False) and compile_on.suggest, compile_on.text)
+    fused = advise("fused_optimizer", True, measured)
+    if fused.measured is not None:
+        rec.set("speed.fused_optimizer", fused.suggest, fused.text)
+    workers = latest_of("workers", measured)
+    if workers is not None and "loader.num_workers" in rec.settings:
+        rec.set("loader.num_workers", int(workers.value), describe(workers))
+        rec.set("loader.prefetch_factor", rec.settings.get("loader.prefetch_factor") or 2 if workers.value else None,
+                "with the measured workers" if workers.value else "no workers: nothing to prefetch")
+        rec.set("loader.persistent_workers", bool(workers.value), "with the measured workers")
+    for m in measured:
+        line = "measured here: " + describe(m)
+        if line not in rec.notes:
+            rec.notes.append(line)
+
+
+def recommend(report: HardwareReport, measured: list[Measurement] | None = None) -> Recommendation:
+    """The best preset for this machine and the settings tuned to it (see the module docstring); `measured`:
+    what was measured on this machine (tuning/store.machine_measurements), which wins over the rules."""
     name = best_preset(report)
     preset = presets.resolve_file_only(name).profile
     gpu = report.training_gpu()
@@ -247,6 +271,7 @@ def recommend(report: HardwareReport) -> Recommendation:
     batch = _batch(rec, gpu, preset, _same_machine(gpu, preset.hardware))
     _loader(rec, report, preset, batch, gpu is not None)
     _speed(rec, report, gpu, preset)
+    _measured(rec, measured or [])
     same_kind = [g for g in report.gpus if gpu is not None and g.name == gpu.name]
     if len(same_kind) > 1:
         rec.notes.append(f"{len(same_kind)} x {gpu.name if gpu else ''}: train on all of them with "

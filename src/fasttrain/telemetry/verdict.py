@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.tuning.advice import advise
+from fasttrain.tuning.store import Measurement
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
 # judging them would call every run input- or compute-bound for the wrong reason.
@@ -47,12 +50,16 @@ class Verdict:
     cores_allow_workers: int | None = None
 
 
-def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> str:
+def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
+             measured: Sequence[Measurement] = ()) -> str:
     """The verdict as one sentence, e.g. 'input-bound: 61% of each step waits for data; raise ...'."""
-    return assess(snapshot, plan, report).text
+    return assess(snapshot, plan, report, measured).text
 
 
-def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> Verdict:
+def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
+           measured: Sequence[Measurement] = ()) -> Verdict:
+    """`measured`: what was measured on this machine (tuning/store.py): a setting measured slower here is never
+    suggested, and a suggestion names its measurement or says it is unmeasured (tuning/advice.py)."""
     seen = snapshot.get("steps_seen") or 0
     window = snapshot.get("window_steps") or 0
     wait = snapshot.get("data_wait_fraction")
@@ -71,7 +78,7 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
         return Verdict("host-bound", f"host-bound: the GPU is busy only {util:.0f}% although data arrives in time; "
                                      "the Python side cannot queue work fast enough -- raise loader.batch_size or "
                                      "use speed.compile=true with compile_mode=reduce-overhead (CUDA graphs)")
-    return _compute_bound(compute, plan, report)
+    return _compute_bound(compute, plan, report, measured)
 
 
 def workers_needed(current_workers: int, wait_fraction: float) -> int:
@@ -155,8 +162,29 @@ def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
     return Verdict("transfer-bound", f"{head}; {fix}")
 
 
-def untapped_speedups(plan: Plan, report: HardwareReport | None) -> list[str]:
-    """Speed settings the plan has off although this device would support them, as --set fragments."""
+# --set fragment -> (tuning setting, value) in the measurement cache.
+_MEASURED_AS = {"speed.precision=bf16-mixed": ("precision", "bf16-mixed"), "speed.compile=true": ("compile", True),
+                "speed.channels_last=true": ("channels_last", True), "speed.fused_optimizer=true":
+                ("fused_optimizer", True), "speed.precision=fp16-mixed": ("precision", "fp16-mixed")}
+
+
+def untapped_speedups(plan: Plan, report: HardwareReport | None, measured: Sequence[Measurement] = ()) -> list[str]:
+    """Speed settings the plan has off although this device would support them, as --set fragments; those
+    measured slower here are left out, one measured faster here is added (fused optimizer)."""
+    out = _candidates(plan, report)
+    if not plan.fused_optimizer and advise("fused_optimizer", True, list(measured)).measured is not None:
+        out.append("speed.fused_optimizer=true")
+    return [t for t in out if t not in _MEASURED_AS or advise(*_MEASURED_AS[t], list(measured)).suggest]
+
+
+def suggestion_text(fragment: str, measured: Sequence[Measurement]) -> str:
+    """`--set X (what measured it here, or unmeasured)`: every suggestion names its evidence. Pure."""
+    if fragment not in _MEASURED_AS:
+        return f"--set {fragment}"
+    return f"--set {fragment} ({advise(*_MEASURED_AS[fragment], list(measured)).text})"
+
+
+def _candidates(plan: Plan, report: HardwareReport | None) -> list[str]:
     out: list[str] = []
     gpu = report.training_gpu() if report else None
     if plan.device == "cuda":
@@ -174,9 +202,11 @@ def untapped_speedups(plan: Plan, report: HardwareReport | None) -> list[str]:
     return out
 
 
-def _compute_bound(compute: float, plan: Plan, report: HardwareReport | None) -> Verdict:
+def _compute_bound(compute: float, plan: Plan, report: HardwareReport | None,
+                   measured: Sequence[Measurement] = ()) -> Verdict:
     head = f"compute-bound: {compute:.0%} of each step is compute, the input pipeline keeps up"
-    todo = untapped_speedups(plan, report)
+    todo = untapped_speedups(plan, report, measured)
     if todo:
-        return Verdict("compute-bound", f"{head}; still off here: " + ", ".join(f"--set {t}" for t in todo))
+        return Verdict("compute-bound", f"{head}; still off here: " +
+                       ", ".join(suggestion_text(t, measured) for t in todo))
     return Verdict("compute-bound", f"{head}; the speed settings this device supports are on -- good")

@@ -23,13 +23,22 @@ from fasttrain.plan import Plan, check_image_size, make_plan
 from fasttrain.profiles import presets
 from fasttrain.profiles.presets import Resolved
 from fasttrain.train.batch_search import check_batch_option
-from fasttrain.train.launch import LaunchSpec, WorkerWorld, check_spec, world_flags, worker_world
+from fasttrain.train.launch import (
+    LaunchSpec,
+    WorkerWorld,
+    check_spec,
+    worker_world,
+    world_flags,
+)
+from fasttrain.train.world import no_full_batch, world_or_target
 
 # Model used when --model is not given, by kind of data.
 DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
 
 
 @dataclass(frozen=True)
+
+
 class TrainArgs:
     """The command line as given; final_args() makes the values a run trains with (a new TrainArgs)."""
 
@@ -54,6 +63,7 @@ class TrainArgs:
     save_every_minutes: float | None = None
     batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
     launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
+    no_tune: bool = False                # --no-tune: no timed trial of the candidate settings (train/tune.py)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 
@@ -63,6 +73,8 @@ RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "s
 
 
 @dataclass
+
+
 class Prepared:
     args: TrainArgs
     resolved: Resolved
@@ -75,6 +87,7 @@ class Prepared:
     resume_path: Path | None = None
     resume_payload: dict[str, Any] | None = None
     world: WorkerWorld | None = None     # set in a torchrun worker
+    tuning: dict[str, Any] | None = None  # the cached tuning entry applied to the plan (train/tune.py)
 
     @property
     def is_main(self) -> bool:
@@ -177,27 +190,24 @@ def prepare(given: TrainArgs) -> Prepared:
     if args.batch_size is not None and check_batch_option(args.batch_size) is None:  # auto: search, then resolve
         resolved, auto_note = _auto_batch(args, ref, resolved, report, model_name, bundle.num_classes, world)
         notes.append(auto_note)
-    plan = _make_plan(resolved.profile, report, bundle.train_size, notes)
-    report, plan = _world_or_target(args.dry_run, resolved.profile, report, plan, bundle.train_size, notes,
-                                    launched=world is not None or args.launch is not None)
+    plan = _make_plan(resolved, report, bundle, notes)
+    report, plan = world_or_target(args.dry_run, resolved.profile, report, plan,
+                                   lambda machine, note: _make_plan(resolved, machine, bundle, [*notes, note]),
+                                   launched=world is not None or args.launch is not None)
     if args.batch_size is None or check_batch_option(args.batch_size) is not None:  # auto already sized it here
         resolved, plan = _fit_memory(args, ref, resolved, plan, report, model_name, bundle, world, notes,
                                      _saved_split(payload))
     profile = resolved.profile
     if plan.iterations_per_epoch == 0:
-        raise UserError([Problem("loader.batch_size", _no_full_batch(bundle.train_size, plan.world_size),
+        raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
     if payload is not None:
         from fasttrain.train.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
-    return Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
-
-
-def _no_full_batch(train_size: int, world_size: int) -> str:
-    if world_size <= 1:
-        return f"larger than the {train_size:,} training samples, so an epoch has no full batch"
-    return (f"larger than each process's share of the {train_size:,} training samples ({train_size // world_size:,} "
-            f"for each of {world_size} processes), so an epoch has no full batch")
+    prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
+    from fasttrain.train.tune import apply_cached
+    plan, cached = apply_cached(prep)
+    return replace(prep, plan=plan, tuning=cached)
 
 
 def check_runs_dir(target: Path) -> None:
@@ -228,9 +238,16 @@ def check_runs_dir(target: Path) -> None:
                 pass
 
 
-def _make_plan(profile: Any, report: HardwareReport, dataset_size: int, notes: list[str]) -> Plan:
-    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's."""
-    return make_plan(profile, report, dataset_size=dataset_size, extra_notes=tuple(notes))
+IN_MEMORY_KINDS = ("synthetic", "custom")  # samples that need no decoding: tensors made or held in memory
+
+
+def _make_plan(resolved: Resolved, report: HardwareReport, bundle: Any, notes: list[str]) -> Plan:
+    """make_plan, with the run's own notes (an auto batch's explanation) after the plan's. Data in memory get
+    0 workers unless the user set loader.num_workers (the preset's count is for decoding images)."""
+    own = not resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default"))
+    in_memory = bundle.kind if bundle.kind in IN_MEMORY_KINDS and not own else None
+    return make_plan(resolved.profile, report, dataset_size=bundle.train_size, extra_notes=tuple(notes),
+                     in_memory=in_memory)
 
 
 def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, report: HardwareReport, model_name: str,
@@ -247,7 +264,7 @@ def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, repor
         flags = {**flag_overrides(args, world), "loader.batch_size": (source, micro),
                  "optim.accumulation_steps": (source, accumulation)}
         resolved = presets.resolve(ref, sets=args.sets, flags=flags)
-        plan = _make_plan(resolved.profile, report, bundle.train_size, [*notes, *([note] if note else [])])
+        plan = _make_plan(resolved, report, bundle, [*notes, *([note] if note else [])])
     if args.launch is not None and not args.dry_run:
         os.environ[footprint.HANDOFF_ENV] = f"{plan.batch_size},{plan.accumulation_steps}"
     return resolved, plan
@@ -268,58 +285,6 @@ def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:
                                  f"node(s) x {world.local_world_size} processes, not {spec.nnodes} x "
                                  f"{spec.nproc_per_node}", "drop the launch flags under torchrun",
                                  spec.nproc_per_node)])
-
-
-def _check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: bool) -> None:
-    """A world the machine cannot serve stops here, before any process starts."""
-    per_node = profile.world.gpus_per_node
-    if plan.world_size > 1 and not launched:  # the effective batch and LR would assume devices that are not training
-        nodes = f" --nnodes {profile.world.nodes} --node-rank R --rdzv-endpoint HOST:PORT" \
-            if profile.world.nodes > 1 else ""
-        raise UserError([Problem("world", f"the profile asks for {plan.world_size} processes ({profile.world.nodes} "
-                                 f"node(s) x {per_node}), started by one command per machine",
-                                 f"add --nproc-per-node {per_node}{nodes} (or run under torchrun), or set "
-                                 "--set world.nodes=1 --set world.gpus_per_node=1", plan.world_size)])
-    if plan.device == "cuda" and per_node > report.torch.device_count:
-        raise UserError([Problem("--nproc-per-node", f"{per_node} processes per node, but torch sees "
-                                 f"{report.torch.device_count} GPU(s) here: DDP runs one process per GPU",
-                                 f"use --nproc-per-node {report.torch.device_count} or fewer", per_node)])
-    if plan.device == "cpu" and per_node > report.cores:
-        raise UserError([Problem("--nproc-per-node", f"{per_node} CPU processes on {report.cores} cores: each would "
-                                 "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
-
-
-def _world_or_target(dry_run: bool, profile: Any, report: HardwareReport, plan: Plan, dataset_size: int,
-                     notes: list[str], *, launched: bool) -> tuple[HardwareReport, Plan]:
-    """(report, plan) the run is made for. A world this machine cannot serve is refused, except in a dry run of a
-    GPU profile on a machine with no CUDA GPU: that plans for the profile's own machine (its GPU, cores and RAM), so
-    `--dry-run` of a documented 4-GPU line shows the 4-GPU plan here, and says why a real run here would stop."""
-    try:
-        _check_world(plan, profile, report, launched=launched)
-        return report, plan
-    except UserError as refusal:
-        target = _profile_machine(profile) if dry_run and not report.torch.cuda_available else None
-        if target is None:
-            raise
-        why = "; ".join(p.message for p in refusal.problems)
-        gpu = target.gpus[0]
-        notes.append(f"planned for the profile's machine ({profile.world.gpus_per_node} x {gpu.name}, "
-                     f"{target.cores} cores, {profile.hardware.host_ram_gb:g} GB RAM), not this one: it has no CUDA "
-                     f"GPU, and a real run here stops ({why})")
-        plan = _make_plan(profile, target, dataset_size, notes)
-        _check_world(plan, profile, target, launched=launched)
-        return target, plan
-
-
-def _profile_machine(profile: Any) -> HardwareReport | None:
-    """The machine a GPU profile describes (hardware.gpu, vram_gb, cpu_cores, host_ram_gb), or None for a CPU one."""
-    from fasttrain.estimate.gather import gpu_report
-    from fasttrain.hardware import gpus
-    spec = gpus.find_gpu(profile.hardware.gpu or "")
-    if spec is None:
-        return None
-    usable = profile.hardware.vram_gb
-    return gpu_report(profile, spec, int(usable * 1024 ** 3) if usable else (spec.memory_bytes or 0))
 
 
 def _auto_batch(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareReport, model_name: str,
@@ -357,8 +322,22 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
         "base_batch": prep.resolved.profile.optim.base_batch,
         "plan": p.to_dict(),
+        "tuning": _tuning_view(prep),
         "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
     }
+
+
+def _tuning_view(prep: Prepared) -> dict[str, Any]:
+    """What the tuning trial found (cached), or why none will run, for --dry-run."""
+    from fasttrain.train.tune import planned_steps, tuning_line
+    from fasttrain.tuning.decide import skip_reason
+
+    if prep.tuning:
+        return {"cached": True, **prep.tuning, "line": tuning_line({"cached": True, **prep.tuning})}
+    reason = skip_reason(planned_steps(prep.plan, prep.resolved.profile.optim.epochs), no_tune=prep.args.no_tune,
+                         cached=False, distributed=prep.plan.world_size > 1)
+    findings = {"skipped": reason} if reason else None
+    return {**(findings or {}), "line": tuning_line(findings)}
 
 
 def _chosen(value: Any, requested: Any, reason: str) -> str:
@@ -393,6 +372,7 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
         f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
         f"model        {view['model']}",
+        f"tuning       {view['tuning']['line']}",
     ]
     lines += [f"note         {n}" for n in view["notes"]]
     return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import random
 import sys
 import time
@@ -66,6 +67,10 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     from fasttrain.models.registry import create_model
     from fasttrain.telemetry.recorder import Telemetry
 
+    tuning: dict[str, Any] = {}
+    if dist is None:  # before the seed: the trial's models do not move the run's random numbers
+        from fasttrain.train.tune import tune_prepared
+        prep, tuning = tune_prepared(prep)
     args, plan, main = prep.args, prep.plan, prep.is_main
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
     stream = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
@@ -74,6 +79,9 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
                          image_size=prep.plan.image_size)
     train_loader, val_loader, epoch_sampler, batches = _open_data(prep, dist)
     run_dir = _run_dir(prep, dist)
+    if main and tuning:
+        from fasttrain.core.files import write_text_atomic
+        write_text_atomic(run_dir / "tuning.json", json.dumps(tuning, indent=1, default=str))
     quiet = args.quiet or not main
     run = _Run(prep, train_loader, val_loader, epoch_sampler, batches, dist, run_dir,
                runlog=_open_runlog(prep, run_dir) if main else None,
@@ -83,12 +91,25 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     epochs = prep.resolved.profile.optim.epochs
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
-                            data_kind=prep.bundle.kind)) as listener:
+                            data_kind=prep.bundle.kind, measured=_measured(prep))) as listener:
         listener.on_run_start(plan, plan_view(prep)["notes"])
+        if tuning:
+            from fasttrain.train.tune import tuning_line
+            listener.on_message("tuning: " + tuning_line(tuning))
         summary = _train(run, model, listener)
     if "stop_message" in summary and main:  # a stop request ended the run: say where and how to resume
         print(summary["stop_message"], file=sys.stderr, flush=True)
     return summary
+
+
+def _measured(prep: Prepared) -> tuple[Any, ...]:
+    """What was measured on this machine with this torch and model (tuning trials, bench speedups)."""
+    from fasttrain.tuning.store import load_cache, machine_id, machine_measurements
+    try:
+        entries = load_cache()
+    except Exception:  # noqa: BLE001 - no cache directory: nothing measured
+        return ()
+    return tuple(machine_measurements(entries, machine_id(prep.report), prep.report.torch.version, prep.model_name))
 
 
 def _open_data(prep: Prepared, dist: Any) -> tuple[Any, Any, Any, int]:

@@ -1,0 +1,273 @@
+"""The tuning trial: a short timed run of the candidate settings that matter on this device, before the first epoch.
+
+What is timed is the real training step (Trainer.train_epoch) on random tensors on the device, a fresh model per
+candidate, warm-up steps untimed. What is decided from the timings is tuning/decide.py's (pure): the budget (a
+few percent of the planned run, a hard cap), which candidate wins, workers against compute threads. The result
+is cached under the fasttrain cache (tuning/store.py, keyed by machine, model, data kind, image size, batch and
+torch version), so a later run on the same machine, model and data starts from it without a trial, and is
+written to the run folder (tuning.json). Only settings the profile left at its preset or default are tuned: a
+value given with --set, a flag, a variable or a profile file is the user's.
+
+Not tuned here: the OpenMP wait policy (it must be set before torch starts its thread pool, so it can only be
+measured in a fresh process) and compile on the CPU (its compile time exceeds the CPU trial's hard cap; kept
+as the profile has it unless bench speedups measured it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import date
+from typing import Any
+
+from fasttrain.plan import Plan
+from fasttrain.tuning import decide
+from fasttrain.tuning.store import Measurement, TrialKey, lookup, machine_id, record
+
+# Settings the trial may change, with the profile key whose provenance says whether the user chose it.
+TUNABLE = {"workers": "loader.num_workers", "precision": "speed.precision", "channels_last": "speed.channels_last",
+           "fused_optimizer": "speed.fused_optimizer", "cudnn_benchmark": "speed.cudnn_benchmark",
+           "compile": "speed.compile"}
+CHOICE_FIELDS = ("workers", "cpu_threads", "precision", "channels_last", "fused_optimizer", "cudnn_benchmark",
+                 "compile")
+STEPS = {"cpu": (1, 2), "cuda": (3, 8)}        # (warm-up, timed) steps per candidate
+
+
+def tunable(provenance: dict[str, str]) -> set[str]:
+    """Trial settings the user left to the preset or the default. Pure."""
+    return {name for name, key in TUNABLE.items()
+            if provenance.get(key, "default").startswith(("preset", "default"))}
+
+
+def trial_key(prep: Any) -> TrialKey:
+    return TrialKey(machine=machine_id(prep.report), model=prep.model_name, data_kind=prep.bundle.kind,
+                    image_size=prep.plan.image_size, batch=prep.plan.batch_size,
+                    torch=prep.report.torch.version or "unknown")
+
+
+def planned_steps(plan: Plan, epochs: int) -> int:
+    return (plan.iterations_per_epoch or 0) * max(1, epochs)
+
+
+def apply_choice(plan: Plan, choice: dict[str, Any], allowed: set[str], profile: Any, why: str) -> Plan:
+    """The plan with the trial's choice for the settings the user left open; a note says what changed. Pure."""
+    changes: dict[str, Any] = {}
+    for name in CHOICE_FIELDS:
+        gate = "workers" if name == "cpu_threads" else name
+        if name in choice and gate in allowed and getattr(plan, name) != choice[name]:
+            changes[name] = choice[name]
+    if plan.device != "cpu":
+        changes.pop("cpu_threads", None)
+    if not changes:
+        return dataclasses.replace(plan, notes=[*plan.notes, f"tuning: {why}; the plan's settings were fastest"])
+    if "workers" in changes:
+        workers = changes["workers"]
+        changes.update(workers_reason="measured by the tuning trial",
+                       prefetch_factor=profile.loader.prefetch_factor if workers else None,
+                       persistent_workers=profile.loader.persistent_workers and workers > 0)
+    if "compile" in changes:
+        changes["compile_reason"] = "measured by the tuning trial"
+    said = ", ".join(f"{k} {getattr(plan, k)} -> {v}" for k, v in changes.items() if k in CHOICE_FIELDS)
+    return dataclasses.replace(plan, **changes, notes=[*plan.notes, f"tuning: {why}: {said}"])
+
+
+def apply_cached(prep: Any) -> tuple[Plan, dict[str, Any] | None]:
+    """The plan with a cached trial's choice for this machine, model and data (no trial runs) -> (plan, entry)."""
+    if getattr(prep.args, "no_tune", False) or prep.world is not None:
+        return prep.plan, None
+    entry = lookup(trial_key(prep))
+    if not entry or not isinstance(entry.get("choice"), dict):
+        return prep.plan, None
+    when = (entry.get("trial") or {}).get("date", "an earlier run")
+    plan = apply_choice(prep.plan, entry["choice"], tunable(prep.resolved.provenance), prep.resolved.profile,
+                        f"measured on this machine ({when}, cached)")
+    return plan, entry
+
+
+class _Trial:
+    """Times candidates within a budget; keeps what it measured for the findings."""
+
+    def __init__(self, prep: Any):
+        self.prep = prep
+        self.spent = 0.0
+        self.budget = 0.0
+        self.step_s = 0.0
+        self.rows: list[dict[str, Any]] = []
+        self.skipped: list[str] = []
+        self.warm, self.timed = STEPS.get(prep.plan.device, STEPS["cpu"])
+
+    def cost(self, extra_steps: int = 0) -> float:
+        return (self.warm + self.timed + extra_steps) * self.step_s * 1.2 + 0.2
+
+    def time_plan(self, plan: Plan, name: str, threads: list[int] | None = None) -> dict[int, float]:
+        """Seconds per step of `plan` (at each thread count, on the same model) -> {threads: step_s}."""
+        import torch
+
+        from fasttrain.datasets.build import SyntheticBatches
+        from fasttrain.models.registry import create_model
+        from fasttrain.train.events import Collaborators
+        from fasttrain.train.loop import Trainer
+
+        started = time.perf_counter()
+        prep = self.prep
+        model = create_model(prep.model_name, prep.bundle.num_classes, image_size=plan.image_size)
+        trainer = Trainer(plan, prep.resolved.profile.optim, model, steps_per_epoch=100,
+                          collaborators=Collaborators(warn=lambda text: None))
+        trainer.oom_backoff = False
+        data = SyntheticBatches(plan.batch_size, plan.image_size, prep.bundle.num_classes, trainer.device,
+                                self.warm + self.timed)
+        out: dict[int, float] = {}
+        first = not self.rows  # the process's first steps also start its thread pool and kernel caches
+        for n in threads or [0]:
+            if n and plan.device == "cpu":
+                torch.set_num_threads(n)
+            trainer.train_epoch(data, 0, batches=self.warm + (1 if first else 0))
+            _sync(trainer.device)
+            t0 = time.perf_counter()
+            trainer.train_epoch(data, 0, batches=self.timed)
+            _sync(trainer.device)
+            out[n] = (time.perf_counter() - t0) / self.timed
+            self.rows.append({"candidate": name, "threads": n or None, "step_s": round(out[n], 5)})
+        self.spent += time.perf_counter() - started
+        return out
+
+
+def _sync(device: Any) -> None:
+    if device.type == "cuda":
+        import torch
+        torch.cuda.synchronize(device)
+
+
+def load_batch_s(prep: Any, plan: Plan) -> float:
+    """Seconds to load one batch in the main process (0 workers): decoding and augmentation, measured."""
+    from fasttrain.datasets.loaders import build_loaders
+
+    one = dataclasses.replace(plan, workers=0, prefetch_factor=None, persistent_workers=False)
+    loader, _ = build_loaders(prep.bundle, one, seed=prep.args.seed)
+    it = iter(loader)
+    next(it)  # the first batch opens the files' directory and warms the transforms
+    t0 = time.perf_counter()
+    next(it)
+    return time.perf_counter() - t0
+
+
+def _threads(plan: Plan, cores: int) -> int:
+    return plan.cpu_threads or max(1, cores - plan.workers)
+
+
+def _split_step(trial: _Trial, plan: Plan, allowed: set[str], cores: int,
+                found: list[Measurement], today: str) -> Plan:
+    """Workers against compute threads (CPU, data that needs loading): load time and compute per thread count,
+    measured; the split is decide.pick_workers'."""
+    options = decide.worker_options(plan.workers_requested, cores)
+    counts = sorted({max(1, cores - w) for w in options}, reverse=True)
+    if "workers" not in allowed or len(counts) < 2 or not decide.affordable(trial.spent, trial.cost(len(counts)),
+                                                                            trial.budget):
+        trial.skipped.append("workers vs threads: " + ("the user's setting" if "workers" not in allowed
+                                                        else "over the trial budget"))
+        return plan
+    t0 = time.perf_counter()
+    load_s = load_batch_s(trial.prep, plan)
+    trial.spent += time.perf_counter() - t0
+    trial.rows.append({"candidate": "load one batch (0 workers)", "threads": None, "step_s": round(load_s, 5)})
+    compute = trial.time_plan(plan, "compute", counts)
+    best, splits = decide.pick_workers(load_s, compute, cores, options)
+    current = next((s for s in splits if s.workers == plan.workers), None)
+    for s in splits:
+        if s.workers != best.workers:
+            found.append(Measurement("workers", best.workers, round(s.step_s / best.step_s, 3), "train trial", today,
+                                     f"vs {s.workers} workers, {s.threads} threads (predicted from load + compute)"))
+    if current is not None and not decide.better(current.step_s, best.step_s):
+        return plan
+    return dataclasses.replace(plan, workers=best.workers, cpu_threads=best.threads)
+
+
+def _flips(plan: Plan, allowed: set[str], report: Any) -> list[tuple[str, Any]]:
+    """The one-setting changes worth timing from `plan`, most promising first."""
+    cuda = plan.device == "cuda"
+    out: list[tuple[str, Any]] = []
+    if "fused_optimizer" in allowed:
+        out.append(("fused_optimizer", not plan.fused_optimizer))
+    if "precision" in allowed and not cuda:
+        out.append(("precision", "fp32" if plan.precision == "bf16-mixed" else "bf16-mixed"))
+    if "channels_last" in allowed:
+        out.append(("channels_last", not plan.channels_last))
+    if "cudnn_benchmark" in allowed and cuda:
+        out.append(("cudnn_benchmark", not plan.cudnn_benchmark))
+    return out
+
+
+def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]:
+    """Time the candidates within the budget -> (the plan with the winners, findings for the run folder)."""
+    import os
+
+    trial = _Trial(prep)
+    allowed = tunable(prep.resolved.provenance)
+    cores = prep.report.cores
+    today = date.today().isoformat()
+    steps = planned_steps(plan, epochs)
+    found: list[Measurement] = []
+    if plan.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        plan = dataclasses.replace(plan, cpu_threads=_threads(plan, cores))
+    base = trial.time_plan(plan, "the plan")
+    trial.step_s = next(iter(base.values()))
+    trial.budget = decide.trial_budget_s(trial.step_s, steps, plan.device)
+    if plan.device == "cpu" and prep.bundle.kind not in ("synthetic", "custom") and "OMP_NUM_THREADS" not in os.environ:
+        plan = _split_step(trial, plan, allowed, cores, found, today)
+    current = trial.step_s
+    for name, value in _flips(plan, allowed, prep.report):
+        if not decide.affordable(trial.spent, trial.cost(), trial.budget):
+            trial.skipped.append(f"{name}: over the trial budget")
+            continue
+        candidate = dataclasses.replace(plan, **{name: value})
+        step_s = next(iter(trial.time_plan(candidate, f"{name}={value}").values()))
+        found.append(Measurement(name, value, round(current / step_s, 3), "train trial", today,
+                                 f"vs {name}={getattr(plan, name)}"))
+        if decide.better(current, step_s):
+            plan, current = candidate, step_s
+    if "compile" in allowed and not plan.compile:
+        trial.skipped.append("compile: its compile time is not affordable in the trial; "
+                             "`fasttrain bench speedups` measures it")
+    choice = {k: getattr(plan, k) for k in CHOICE_FIELDS}
+    findings = {"date": today, "spent_s": round(trial.spent, 2), "budget_s": round(trial.budget, 2),
+                "planned_steps": steps, "planned_run_s": round(trial.step_s * steps, 1),
+                "candidates": trial.rows, "skipped": trial.skipped, "choice": choice,
+                "measurements": [m.to_dict() for m in found]}
+    try:
+        record(trial_key(prep), measurements=found, choice=choice, trial=findings)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs the next run a trial, nothing more
+        findings["cache_error"] = str(exc)
+    return plan, findings
+
+
+def tune_prepared(prep: Any) -> tuple[Any, dict[str, Any]]:
+    """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
+    there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
+    if getattr(prep, "tuning", None):
+        return prep, {"cached": True, **prep.tuning}
+    epochs = prep.resolved.profile.optim.epochs
+    steps = planned_steps(prep.plan, epochs)
+    reason = decide.skip_reason(steps, no_tune=prep.args.no_tune, cached=False,
+                                distributed=prep.world is not None or prep.plan.world_size > 1)
+    if reason is None and prep.bundle.kind == "custom":
+        reason = "a custom dataset's samples are not images the trial can make"
+    if reason is not None:
+        return prep, {"skipped": reason}
+    before = prep.plan
+    plan, findings = run_trial(prep, before, epochs)
+    why = (f"trial of {findings['spent_s']:.1f} s (budget {findings['budget_s']:.1f} s, "
+           f"{findings['spent_s'] / max(findings['planned_run_s'], 1e-9):.0%} of the planned run)")
+    plan = apply_choice(before, findings["choice"], tunable(prep.resolved.provenance), prep.resolved.profile, why)
+    return dataclasses.replace(prep, plan=plan), findings
+
+
+def tuning_line(findings: dict[str, Any] | None) -> str:
+    """One line for the dashboard and --dry-run. Pure."""
+    if not findings:
+        return "not measured yet: the run times the candidate settings first (a few % of the run, capped)"
+    if "skipped" in findings:
+        return f"skipped: {findings['skipped']}"
+    spent = findings.get("spent_s", (findings.get("trial") or {}).get("spent_s"))
+    when = findings.get("date", (findings.get("trial") or {}).get("date", "?"))
+    cached = " (cached: no trial this run)" if findings.get("cached") else ""
+    return f"measured {when} in {spent} s{cached}: " + ", ".join(
+        f"{k}={v}" for k, v in (findings.get("choice") or {}).items())

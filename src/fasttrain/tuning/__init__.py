@@ -1,0 +1,25 @@
+"""Tuning: settings chosen by measurement on this machine, and one voice for every command's advice.
+
+The measurement cache (store.py: one JSON file under the fasttrain cache, keyed by machine, model, data kind,
+image size, batch and torch version), the pure decisions the timed trial makes from recorded timings
+(decide.py: the trial's budget, which candidate wins, whether compile repays itself, workers against compute
+threads) and the advice every command gives from the same measurements (advice.py: doctor, bench, estimate and
+train's verdict never suggest a setting another command measured slower here). The trial itself needs a model
+and the training step: it lives in train/tune.py.
+"""
+from fasttrain.core.exports import lazy_face
+
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
+    "TrialKey": "store",
+    "Measurement": "store",
+    "machine_id": "store",
+    "load_cache": "store",
+    "record": "store",
+    "machine_measurements": "store",
+    "trial_budget_s": "decide",
+    "better": "decide",
+    "compile_pays": "decide",
+    "pick_workers": "decide",
+    "advise": "advice",
+    "describe": "advice",
+})

@@ -1,0 +1,61 @@
+"""One voice: every command's advice about a speed setting comes from here, from the same measurements.
+
+advise() says whether to suggest a setting given what was measured on this machine (store.Measurement): a
+setting measured slower here is never suggested, a suggestion names the measurement behind it ("fused
+optimizer: 1.20x here (bench speedups, 2026-11-24)") or says it is unmeasured. doctor, bench, estimate and
+train's verdict all call it. Pure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fasttrain.tuning.store import Measurement
+
+LABELS = {"compile": "compile", "fused_optimizer": "fused optimizer", "channels_last": "channels_last",
+          "precision": "autocast", "workers": "loader workers", "threads": "compute threads",
+          "cudnn_benchmark": "cudnn.benchmark", "pin_memory": "pin_memory"}
+# A ratio within this of 1.0 is noise: neither a reason to suggest nor to warn.
+NOISE = 0.03
+
+
+@dataclass(frozen=True)
+class Advice:
+    setting: str
+    value: Any
+    suggest: bool           # worth suggesting here
+    measured: Measurement | None
+    text: str               # "compile: 0.93x here (bench speedups, 2026-11-24)" or "... unmeasured here"
+
+
+def describe(m: Measurement) -> str:
+    label = LABELS.get(m.setting, m.setting)
+    value = "" if m.value is True else f"={m.value}"
+    detail = f"; {m.detail}" if m.detail else ""
+    return f"{label}{value}: {m.ratio:.2f}x here ({m.source}, {m.date}{detail})"
+
+
+def latest(setting: str, value: Any, measurements: list[Measurement]) -> Measurement | None:
+    """The newest measurement of `setting` at `value` (measurements come oldest first). Pure."""
+    found = [m for m in measurements if m.setting == setting and m.value == value]
+    return found[-1] if found else None
+
+
+def latest_of(setting: str, measurements: list[Measurement]) -> Measurement | None:
+    """The newest measurement of `setting` at any value. Pure."""
+    found = [m for m in measurements if m.setting == setting]
+    return found[-1] if found else None
+
+
+def advise(setting: str, value: Any, measurements: list[Measurement]) -> Advice:
+    """Whether `setting=value` is worth suggesting here, and the words that say why. Pure."""
+    m = latest(setting, value, measurements)
+    if m is None:
+        label = LABELS.get(setting, setting)
+        return Advice(setting, value, True, None, f"{label}: unmeasured here (fasttrain bench speedups measures it)")
+    return Advice(setting, value, m.ratio > 1 + NOISE, m, describe(m))
+
+
+def measured_slower(setting: str, value: Any, measurements: list[Measurement]) -> bool:
+    m = latest(setting, value, measurements)
+    return m is not None and m.ratio < 1 - NOISE

@@ -1,0 +1,93 @@
+"""The tuning trial's decisions, as pure functions of recorded timings (tested with recorded numbers).
+
+- The budget: the trial may spend at most TRIAL_FRACTION of the planned run, and never more than the device's
+  hard cap; a run shorter than MIN_STEPS is not worth a trial at all.
+- A candidate replaces the current setting only when it is faster by more than KEEP_MARGIN (timing noise on a
+  busy machine would otherwise flip settings at random).
+- compile is kept only when its measured per-step saving times the planned steps exceeds its measured compile
+  time.
+- Loader workers against compute threads: each worker takes a core from the compute threads; the step time of
+  each split is predicted from the measured time to load a batch and the measured compute time at that many
+  threads, and the fastest split wins.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TRIAL_FRACTION = 0.05                          # of the planned run
+HARD_CAP_S = {"cpu": 20.0, "cuda": 60.0}       # whatever the run's length
+MIN_STEPS = 60                                 # fewer optimizer steps than this: the trial cannot repay itself
+KEEP_MARGIN = 0.04                             # a candidate must be this much faster to replace the current
+WORKER_OVERHEAD = 1.05                         # a worker's batch crosses a process boundary (pickling, queues)
+
+
+def trial_budget_s(step_s: float, planned_steps: int, device: str) -> float:
+    """Seconds the trial may spend: TRIAL_FRACTION of the planned run (step_s x planned_steps), at most the
+    device's hard cap. Pure."""
+    cap = HARD_CAP_S.get(device, HARD_CAP_S["cpu"])
+    return max(0.0, min(TRIAL_FRACTION * step_s * max(planned_steps, 0), cap))
+
+
+def skip_reason(planned_steps: int, *, no_tune: bool, cached: bool, distributed: bool) -> str | None:
+    """Why no trial runs (None: run it). Pure."""
+    if no_tune:
+        return "--no-tune"
+    if cached:
+        return "measured before on this machine (cached)"
+    if distributed:
+        return "several processes: each would time the others' load"
+    if planned_steps < MIN_STEPS:
+        return f"the run is too short to repay a trial ({planned_steps} steps < {MIN_STEPS})"
+    return None
+
+
+def affordable(spent_s: float, next_cost_s: float, budget_s: float) -> bool:
+    """Whether one more candidate, expected to cost next_cost_s, still fits the budget. Pure."""
+    return spent_s + next_cost_s <= budget_s
+
+
+def better(current_s: float, candidate_s: float, margin: float = KEEP_MARGIN) -> bool:
+    """A candidate's step time beats the current one by more than the noise margin. Pure."""
+    return candidate_s > 0 and current_s > 0 and candidate_s < current_s * (1 - margin)
+
+
+def compile_pays(eager_step_s: float, compiled_step_s: float, compile_s: float, planned_steps: int) -> bool:
+    """compile is worth it when its per-step saving over the planned steps exceeds its compile time. Pure."""
+    return (eager_step_s - compiled_step_s) * planned_steps > compile_s
+
+
+@dataclass(frozen=True)
+class Split:
+    workers: int
+    threads: int
+    step_s: float       # predicted seconds per batch
+
+
+def predict_split(workers: int, threads: int, load_s: float, compute_s: float) -> Split:
+    """0 workers: the main process loads, then computes (serial). w workers: they load in parallel with the
+    compute, so the slower of the two sets the pace. Pure."""
+    if workers == 0:
+        return Split(0, threads, load_s + compute_s)
+    return Split(workers, threads, max(load_s * WORKER_OVERHEAD / workers, compute_s))
+
+
+def pick_workers(load_s: float, compute_s_by_threads: dict[int, float], cores: int,
+                 worker_options: list[int]) -> tuple[Split, list[Split]]:
+    """The fastest split of the cores between loader workers and compute threads (threads = cores - workers,
+    at least 1), from the measured time to load one batch in one process and the measured compute time per
+    batch at each thread count -> (best, every split considered). Splits whose thread count was not measured
+    are left out. Pure."""
+    splits = []
+    for workers in sorted(set(worker_options)):
+        threads = max(1, cores - workers)
+        if threads in compute_s_by_threads:
+            splits.append(predict_split(workers, threads, load_s, compute_s_by_threads[threads]))
+    if not splits:
+        raise ValueError("no measured thread count matches a worker option")
+    return min(splits, key=lambda s: (s.step_s, s.workers)), splits
+
+
+def worker_options(asked: int, cores: int) -> list[int]:
+    """The worker counts worth timing: none, the profile's, and one; never all the cores (compute needs one). Pure."""
+    top = max(0, cores - 1)
+    return sorted({0, min(1, top), min(asked, top)})

@@ -1,0 +1,166 @@
+"""Settings chosen by measurement: the tuner's decisions on recorded timings (pure), its cache key and
+invalidation, the cap on its cost, --no-tune, and one voice (doctor, bench and train's verdict read one
+recorded measurement cache and agree)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import make_plan
+from fasttrain.profiles import presets
+from fasttrain.telemetry import verdict
+from fasttrain.tuning import decide
+from fasttrain.tuning.advice import advise
+from fasttrain.tuning.store import (CACHE_FILE, Measurement, TrialKey, load_cache, lookup, machine_id,
+                                    machine_measurements, record)
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+
+
+def cpu_report() -> HardwareReport:
+    return HardwareReport.model_validate_json((REPORTS / "cpu_only.json").read_text())
+
+
+# -- decisions on recorded timings (pure) --------------------------------------------------------------------
+def test_budget_is_a_few_percent_of_the_run_with_a_hard_cap() -> None:
+    assert decide.trial_budget_s(0.2, 156, "cpu") == pytest.approx(0.05 * 0.2 * 156)
+    assert decide.trial_budget_s(0.2, 100_000, "cpu") == decide.HARD_CAP_S["cpu"] == 20.0
+    assert decide.trial_budget_s(0.05, 10**7, "cuda") == decide.HARD_CAP_S["cuda"]
+    assert decide.affordable(1.0, 0.5, 1.6) and not decide.affordable(1.2, 0.5, 1.6)
+
+
+def test_skip_reasons() -> None:
+    assert decide.skip_reason(1000, no_tune=True, cached=False, distributed=False) == "--no-tune"
+    assert "too short" in decide.skip_reason(decide.MIN_STEPS - 1, no_tune=False, cached=False, distributed=False)
+    assert "cached" in decide.skip_reason(1000, no_tune=False, cached=True, distributed=False)
+    assert decide.skip_reason(1000, no_tune=False, cached=False, distributed=False) is None
+
+
+def test_a_candidate_wins_only_beyond_the_noise_margin() -> None:
+    assert decide.better(0.300, 0.250)                   # fused AdamW on the 2-core machine: 1.2x
+    assert not decide.better(0.300, 0.295)               # 1.7%: noise
+    assert not decide.better(0.300, 0.320)
+
+
+def test_compile_is_kept_only_when_its_saving_repays_its_compile_time() -> None:
+    # recorded on the 2-core machine: eager 0.215 s/step, compiled 0.231 s/step (0.93x), 30 s to compile
+    assert not decide.compile_pays(0.215, 0.231, 30.0, 156)
+    # a GPU run: saves 20 ms/step, 45 s to compile: pays after 2250 steps
+    assert not decide.compile_pays(0.100, 0.080, 45.0, 2000)
+    assert decide.compile_pays(0.100, 0.080, 45.0, 3000)
+
+
+def test_workers_against_threads_on_two_cores() -> None:
+    # tensors decoded cheaply (30 ms a batch), compute 0.25 s on 2 threads, 0.42 s on 1: all cores compute
+    best, splits = decide.pick_workers(0.03, {2: 0.25, 1: 0.42}, 2, decide.worker_options(1, 2))
+    assert (best.workers, best.threads) == (0, 2) and len(splits) == 2
+    # heavy decoding (0.5 s a batch): a worker loads while one thread computes
+    best, _ = decide.pick_workers(0.5, {2: 0.25, 1: 0.42}, 2, [0, 1])
+    assert (best.workers, best.threads) == (1, 1)
+    assert decide.worker_options(4, 2) == [0, 1] and decide.worker_options(3, 16) == [0, 1, 3]
+
+
+# -- cache: key and invalidation ------------------------------------------------------------------------------
+def _key(torch: str = "2.15.0", model: str = "resnet18") -> TrialKey:
+    return TrialKey("AMD EPYC x2 | no GPU", model, "synthetic", 64, 64, torch)
+
+
+def test_cache_is_keyed_by_torch_version_and_model(tmp_path: Path) -> None:
+    m = Measurement("fused_optimizer", True, 1.2, "train trial", "2026-11-24")
+    record(_key(), measurements=[m], choice={"workers": 0}, root=tmp_path)
+    assert lookup(_key(), tmp_path)["choice"] == {"workers": 0}
+    assert lookup(_key(torch="2.16.0"), tmp_path) is None            # a new torch: measured again
+    assert lookup(_key(model="resnet50"), tmp_path) is None
+    entries = load_cache(tmp_path)
+    assert machine_measurements(entries, "AMD EPYC x2 | no GPU", "2.15.0") == [m]
+    assert machine_measurements(entries, "AMD EPYC x2 | no GPU", "2.16.0") == []
+
+
+def test_newer_measurement_replaces_older_and_damaged_cache_reads_empty(tmp_path: Path) -> None:
+    record(_key(), measurements=[Measurement("compile", True, 1.1, "train trial", "2026-11-20")], root=tmp_path)
+    record(_key(), measurements=[Measurement("compile", True, 0.93, "bench speedups", "2026-11-24")], root=tmp_path)
+    found = machine_measurements(load_cache(tmp_path), "AMD EPYC x2 | no GPU", None)
+    assert [(m.ratio, m.source) for m in found] == [(0.93, "bench speedups")]
+    (tmp_path / CACHE_FILE).write_text("{not json")
+    assert load_cache(tmp_path) == {}
+    (tmp_path / CACHE_FILE).write_text(json.dumps({"schema": 0, "entries": {}}))
+    assert load_cache(tmp_path) == {}
+
+
+# -- one voice ------------------------------------------------------------------------------------------------
+def test_advice_names_the_measurement_or_says_unmeasured() -> None:
+    slow = [Measurement("compile", True, 0.93, "bench speedups", "2026-11-24")]
+    a = advise("compile", True, slow)
+    assert not a.suggest and a.text == "compile: 0.93x here (bench speedups, 2026-11-24)"
+    assert advise("compile", True, []).suggest and "unmeasured" in advise("compile", True, []).text
+
+
+def test_doctor_bench_and_train_agree_on_one_recorded_cache(cli, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path))
+    report = cpu_report()
+    report.torch.compile_ok = True
+    path = tmp_path / "report.json"
+    path.write_text(report.model_dump_json())
+    # bench speedups' result, recorded: compile 0.93x, fused optimizer 1.20x
+    from fasttrain.commands.bench import _remember_speedups
+    rows = [{"setting": "compile", "status": "measured", "speedup": 0.93},
+            {"setting": "fused_optimizer", "status": "measured", "speedup": 1.20}]
+    _remember_speedups({"rows": rows, "image_size": 32, "batch_size": 64}, report, "tiny_cnn")
+    measured = machine_measurements(load_cache(tmp_path), machine_id(report), report.torch.version)
+    assert {m.setting for m in measured} == {"compile", "fused_optimizer"}
+    # doctor: reads the same cache, recommends no compile and names the measurement
+    res = cli("doctor", "--report-from", str(path), "--json")
+    rec = json.loads(res.out)["recommendation"]
+    assert rec["settings"]["speed.compile"] is False and "0.93x here (bench speedups" in rec["reasons"]["speed.compile"]
+    assert rec["settings"]["speed.fused_optimizer"] is True and "1.20x here" in rec["reasons"]["speed.fused_optimizer"]
+    # train's verdict: compile was measured slower, so it is not suggested; without the cache it would be
+    plan = make_plan(presets.resolve("cpu", sets=["speed.fused_optimizer=false"]).profile, report, 10_000)
+    assert "speed.compile=true" in verdict.untapped_speedups(plan, report)
+    todo = verdict.untapped_speedups(plan, report, measured)
+    assert "speed.compile=true" not in todo and "speed.fused_optimizer=true" in todo
+    snap = {"steps_seen": 50, "window_steps": 20, "data_wait_fraction": 0.0, "h2d_fraction": 0.0,
+            "compute_fraction": 1.0}
+    text = verdict.assess(snap, plan, report, measured).text
+    assert "compile" not in text and "fused optimizer: 1.20x here (bench speedups" in text
+
+
+# -- the trial: its cap, its findings, --no-tune (a real tiny run) --------------------------------------------
+def _train(cli, tmp_path: Path, *extra: str):
+    from image_tree import write_tree
+    data = tmp_path / "data" / "train"
+    if not data.exists():
+        write_tree(data, {"a": 12, "b": 12})
+        write_tree(tmp_path / "data" / "val", {"a": 2, "b": 2}, seed=1)
+    return cli("train", "--data", str(tmp_path / "data"), "--model", "tiny_cnn", "--image-size", "16", "--epochs",
+               "2", "--set", "loader.batch_size=8", "--profile", "cpu", "--runs-dir", str(tmp_path / "runs"),
+               "--quiet", *extra)
+
+
+def test_trial_stays_in_its_cap_writes_findings_and_caches(cli, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(decide.HARD_CAP_S, "cpu", 0.0)   # no room for any candidate beyond the plan itself
+    monkeypatch.setattr(decide, "MIN_STEPS", 1)         # a 6-step run is worth a trial here
+    res = _train(cli, tmp_path)
+    assert res.code == 0, res.err
+    found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
+    assert found["budget_s"] == 0.0 and [c["candidate"] for c in found["candidates"]] == ["the plan"]
+    assert any("over the trial budget" in s for s in found["skipped"])
+    assert found["choice"]["cpu_threads"] >= 1 and found["planned_steps"] == 6
+    dry = _train(cli, tmp_path, "--dry-run")
+    assert "tuning       measured" in dry.out and "cached" in dry.out
+
+
+def test_no_tune_runs_no_trial(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(decide, "MIN_STEPS", 1)
+    dry = _train(cli, tmp_path, "--no-tune", "--dry-run")
+    assert "tuning       skipped: --no-tune" in dry.out
+    assert _train(cli, tmp_path, "--no-tune").code == 0
+    found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
+    assert found == {"skipped": "--no-tune"}
+    assert not (tmp_path / "cache" / CACHE_FILE).exists()
