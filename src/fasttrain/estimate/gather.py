@@ -186,14 +186,16 @@ def model_cost(model: str, image_size: int, num_classes: int, precision: str) ->
 
 
 def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, gpu_flag: str | None = None,
-                 force_local: bool = False, warning: HostWarning | None = None) -> tuple[Forecast, Target]:
+                 force_local: bool = False, warning: HostWarning | None = None,
+                 estimate_loader: bool = True) -> tuple[Forecast, Target]:
     """The forecast of the plan on its target. Without --data, a GPU target's input pipeline is estimated from
-    this CPU's decode rate (decode_rate.py: measured once, cached)."""
+    this CPU's decode rate (decode_rate.py: measured once, cached); estimate_loader=False skips that (train's
+    dashboard forecast, which wants the GPU's images/s only)."""
     target = target_for(profile, gpu_flag, local, req.dataset_size, force_local)
     cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
     priced, price_source, unpriced = (profile, None, None) if force_local else priced_for(profile, gpu_flag)
     loader = req.loader
-    if loader is None and not force_local and target.device.kind == "gpu":
+    if loader is None and estimate_loader and not force_local and target.device.kind == "gpu":
         from fasttrain.estimate import decode_rate
         loader = decode_rate.per_core_rate(target.plan.image_size, profile.augment)
     fc = forecast(target.plan, priced, cost, target.device, req.dataset_size, profile.optim.epochs,
