@@ -137,7 +137,7 @@ def test_too_little_host_ram_is_the_bottleneck() -> None:
 def test_unknown_peaks_give_no_number_and_say_what_is_missing() -> None:
     plan, prof = _plan(gpu="A10G")
     dev = gpu_ceilings(get_gpu("A10G"), plan.precision, plan.tf32, plan.channels_last)
-    assert dev.ceilings is None and dev.unknown == ["fp32_tflops of A10G (AWS g5)"]
+    assert dev.ceilings is None and dev.unknown == ["fp32_tflops of A10G (AWS g5)", "tf32_tflops_dense of A10G (AWS g5)"]
     fc = forecast(plan, prof, _cost(), dev, 1000, 1, 64 * 2**30, CONSTANTS)
     assert fc.speed["images_per_s"] is None and fc.time["total_s"] is None and fc.speed["mfu"] is None
     assert fc.cost["on_demand_per_run"] is None
@@ -150,9 +150,32 @@ def test_gpu_ceilings_follow_precision_layout_and_tf32() -> None:
     amp_cl = gpu_ceilings(a100, "fp16-mixed", tf32=True, channels_last=True)
     amp_nchw = gpu_ceilings(a100, "fp16-mixed", tf32=True, channels_last=False)
     assert amp_cl.group == "amp-channels_last" and amp_cl.peak_flops == 312e12
-    assert amp_cl.ceilings.compute_efficiency > amp_nchw.ceilings.compute_efficiency   # published: NHWC faster
+    # NCHW under autocast pays a transpose around each convolution; channels_last does not
+    assert amp_nchw.ceilings.conv_layout_bytes > 0 and amp_cl.ceilings.conv_layout_bytes == 0
     assert gpu_ceilings(a100, "fp32", tf32=True, channels_last=False).group == "tf32-nchw"
     assert gpu_ceilings(get_gpu("V100"), "fp32", tf32=True, channels_last=False).group == "fp32-nchw"
+    # grouped convolutions run on CUDA cores whatever the precision: the fp32 peak, not the tensor-core one
+    assert amp_cl.ceilings.depthwise_peak_flops == pytest.approx(19.5e12)
+
+
+def test_fp32_plans_run_convolutions_in_tf32_on_ampere_and_newer_only() -> None:
+    """PyTorch's cudnn.allow_tf32 is on by default: an fp32 plan on an A100 has TF32 convolutions even with the
+    matmul tf32 flag off; a V100 has no TF32 and stays at its fp32 peak."""
+    fp32 = gpu_ceilings(get_gpu("A100 80GB"), "fp32", tf32=False, channels_last=False).ceilings
+    assert fp32.peak_flops == pytest.approx(19.5e12) and fp32.conv_peak_flops == pytest.approx(156e12)
+    v100 = gpu_ceilings(get_gpu("V100"), "fp32", tf32=False, channels_last=False).ceilings
+    assert v100.conv_peak_flops == pytest.approx(15.7e12)
+    table = OpTable.from_ops([OpCost("convolution", 1e9, 0.0, 0.0), OpCost("mm", 1e9, 0.0, 0.0)])
+    t = step_time(table, 10, fp32)
+    conv_s, mm_s = 1e10 / (156e12 * fp32.conv_efficiency), 1e10 / (19.5e12 * fp32.compute_efficiency)
+    assert t.compute_bound_s == pytest.approx(conv_s + mm_s)
+
+
+def test_nchw_layout_traffic_is_added_to_dense_convolutions_only() -> None:
+    ops = [OpCost("convolution", 0.0, 1e6, 0.0), OpCost("batch_norm", 0.0, 1e6, 0.0)]
+    base = step_time(OpTable.from_ops(ops), 10, CEIL)
+    nchw = step_time(OpTable.from_ops(ops), 10, Ceilings(**{**CEIL.__dict__, "conv_layout_bytes": 1.5}))
+    assert nchw.memory_bound_s - base.memory_bound_s == pytest.approx(10 * 1e6 * 1.5 / (1e11 * 0.5))
     cpu = cpu_ceilings(1e11, 1e10, 2**30)
     assert cpu.kind == "cpu" and cpu.ceilings.peak_flops == 1e11 and not cpu.unknown
 

@@ -74,11 +74,11 @@ def estimate_cmd(
         count, sample = g.sample_data(data, prof)
         req.dataset_size, req.loader = count, sample
         req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
-    fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu)
+    fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
     g.check_full_batch(target.plan)
     if auto_note:
         target.plan.notes.append(auto_note)
-    notes = [n.line() for n in resolved.notes] + target.plan.notes   # the profile's notes, then the plan's
+    notes = g.plain_notes(resolved) + target.plan.notes   # the profile's notes, then the plan's
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
                                "forecast": fc.to_dict(), "plan_notes": notes}
     measured = _measure(prof, req, local, measure_steps) if measure else None

@@ -45,24 +45,44 @@ class DeviceCeilings:
     source: str
 
 
+def precision_family(precision: str, tf32_used: bool) -> str:
+    """The compute-efficiency family of the matmuls: amp (tensor cores in fp16/bf16), tf32, or fp32."""
+    if precision in ("fp16-mixed", "bf16-mixed"):
+        return "amp"
+    return "tf32" if tf32_used else "fp32"
+
+
 def gpu_ceilings(spec: GpuSpec, precision: str, tf32: bool, channels_last: bool,
                  factors: dict[str, Any] | None = None) -> DeviceCeilings:
+    """Per-op ceilings of one GPU for a plan (roofline.Ceilings): matmuls at the precision's peak; dense
+    convolutions in TF32 on Ampere+ even in an fp32 plan (cudnn.allow_tf32 is on by default in PyTorch);
+    grouped convolutions at the CUDA-core fp32 peak (no tensor cores); memory-bound ops at the bandwidth,
+    with their own efficiency under autocast; NCHW under autocast pays a transpose around each convolution."""
     g = (factors or load())["gpu"]
+    amp = precision in ("fp16-mixed", "bf16-mixed")
     tf32_used = tf32 and spec.tf32_supported and precision == "fp32"
     group = group_key(precision, tf32_used, channels_last)
-    # Layouts without published rows (fp32/tf32 channels_last) take the NCHW factor: no tensor-core gain to show.
-    eff = g["compute_efficiency"].get(group) or g["compute_efficiency"][group.split("-")[0] + "-nchw"]
+    eff = g["compute_efficiency"]
     peak = spec.peak_flops(precision, tf32_used)
+    conv_tf32 = not amp and spec.tf32_supported      # PyTorch's default for convolutions
+    conv_peak = spec.peak_flops("fp32", True) if conv_tf32 else peak
     unknown = []
-    if peak is None:
-        unknown.append(f"{spec.peak_field(precision, tf32_used)} of {spec.name}")
-    if spec.bandwidth_bytes_per_s is None:
-        unknown.append(f"bandwidth_gbps of {spec.name}")
+    for value, field_name in ((peak, spec.peak_field(precision, tf32_used)),
+                              (conv_peak, spec.peak_field("fp32", True)),
+                              (spec.peak_flops("fp32"), "fp32_tflops"),
+                              (spec.bandwidth_bytes_per_s, "bandwidth_gbps")):
+        if value is None and f"{field_name} of {spec.name}" not in unknown:
+            unknown.append(f"{field_name} of {spec.name}")
     ceilings = None
     if not unknown:
-        ceilings = Ceilings(peak_flops=peak, bandwidth=spec.bandwidth_bytes_per_s, compute_efficiency=eff,
-                            memory_efficiency=g["memory_efficiency"], depthwise_efficiency=g["depthwise_efficiency"],
-                            op_overhead_s=g["op_overhead_s"], compile_pointwise_bytes=g["compile_pointwise_bytes"])
+        family = precision_family(precision, tf32_used)
+        layout = 0.0 if channels_last or not amp else g["nchw_amp_conv_bytes"]
+        mem = g.get("amp_memory_efficiency", g["memory_efficiency"]) if amp else g["memory_efficiency"]
+        ceilings = Ceilings(peak_flops=peak, bandwidth=spec.bandwidth_bytes_per_s, compute_efficiency=eff[family],
+                            memory_efficiency=mem, depthwise_efficiency=g["depthwise_efficiency"],
+                            op_overhead_s=g["op_overhead_s"], compile_pointwise_bytes=g["compile_pointwise_bytes"],
+                            conv_peak_flops=conv_peak, conv_efficiency=eff["tf32" if conv_tf32 else family],
+                            depthwise_peak_flops=spec.peak_flops("fp32"), conv_layout_bytes=layout)
     return DeviceCeilings(spec.name, "gpu", ceilings, peak, spec.memory_bytes, unknown, group,
                           g["multi_gpu_efficiency"], spec.source)
 

@@ -28,7 +28,7 @@ class OpCost:
     flops_per_sample: float
     bytes_per_sample: float   # activation traffic: inputs read + outputs written that grow with the batch
     fixed_bytes: float        # weights and other batch-independent tensors the op touches
-    depthwise: bool = False   # grouped convolutions run far below the matmul peak on every device
+    depthwise: bool = False   # depthwise convolutions (1 channel per group) run far below the matmul peak
 
 
 @dataclass
@@ -115,11 +115,19 @@ def _make_recorder():
                     fixed += nbytes
                 else:
                     var += nbytes
-            depthwise = "convolution" in str(packet) and _groups(args) > 1
+            depthwise = "convolution" in str(packet) and _groups(args) > 1 and _one_channel_per_group(packet, args)
             self.records.append((str(packet).split(".")[-1], flops, var, fixed, depthwise))
             return out
 
     return Recorder
+
+
+def _one_channel_per_group(packet: Any, args: tuple) -> bool:
+    """A depthwise convolution (one input channel per group: weight [out, 1, kh, kw]), not a grouped one such as
+    ResNeXt's 32 groups of 4+ channels, which cuDNN runs as tensor-core GEMMs."""
+    import torch
+    weight = args[2] if packet is torch.ops.aten.convolution_backward else args[1]
+    return getattr(weight, "ndim", 0) >= 2 and weight.shape[1] == 1
 
 
 def _groups(args: tuple) -> int:

@@ -24,7 +24,18 @@ class LoaderSample:
     """Decode + augment speed of ONE loader worker, measured (loader_sample.py)."""
 
     images_per_s_per_worker: float
-    source: str   # what was measured: "--data DIR (N files)" or "synthetic JPEG ..."
+    source: str   # what was measured: "--data DIR (N files)" or "estimate from this CPU ..."
+    # True: generated JPEGs decoded on THIS CPU (decode_rate.py), not the user's files on the target machine.
+    # An estimate decides the bottleneck but does not lower the forecast images/s (it may be another CPU).
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class HostWarning:
+    """The plan's loader RAM over its budget (profiles/rules.py, what-if): forecast anyway, named as the bottleneck."""
+
+    message: str
+    fix: str
 
 
 @dataclass
@@ -117,7 +128,8 @@ def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> f
 
 def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, dataset_size: int, epochs: int,
              host_ram_bytes: int, constants: dict[str, Any], loader: LoaderSample | None = None,
-             table: OpTable | None = None) -> Forecast:
+             table: OpTable | None = None, cores: int | None = None,
+             host_warning: HostWarning | None = None) -> Forecast:
     """Everything `estimate` prints, from fixed inputs. `cost` is a cost.ModelCost (duck-typed)."""
     world = plan.world_size
     batch = plan.batch_size
@@ -132,12 +144,17 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
                          mixed_precision=plan.precision != "fp32", fused_optimizer=plan.fused_optimizer)
     compute_rate = batch / step.seconds if step else None   # images/s of one device, data for free
 
-    loader_info, loader_rate = _loader_feed(loader, plan.workers, world, compute_rate)
+    per_node = profile.world.gpus_per_node
+    loader_info, loader_rate = _loader_feed(loader, plan.workers, world, compute_rate, cores, per_node)
     if loader is None:
         unknown.append("data loading speed (give --data DIR to measure it)")
 
     per_device = compute_rate
-    if per_device is not None and loader_rate is not None:
+    if per_device is not None and loader_rate is not None and loader.estimated:
+        bound = batch / (step.seconds + batch / loader_rate) if plan.workers == 0 else min(per_device, loader_rate)
+        loader_info["input_bound_images_per_s"] = bound
+        loader_info["input_bound_epoch_s"] = iterations * batch / bound if bound < per_device else None
+    elif per_device is not None and loader_rate is not None:
         if plan.workers == 0:   # the main process decodes, then computes: the two add up
             per_device = batch / (step.seconds + batch / loader_rate)
         else:
@@ -178,20 +195,32 @@ def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, da
                   "tf32": plan.tf32, "drop_last": plan.drop_last},
         speed=speed, time={"epoch_s": epoch_s, "total_s": total_s},
         memory=mem, host_ram=host, loader=loader_info,
-        bottleneck=bottleneck(step, compute_rate, loader_rate, plan.workers, loader, host, device),
+        bottleneck=bottleneck(step, compute_rate, loader_rate, loader_info, loader, host, device, host_warning),
         cost=_prices(epoch_s, total_s, profile.hardware, nodes), unknown=unknown,
     )
 
 
-def _loader_feed(loader: LoaderSample | None, workers: int, world: int,
-                 compute_rate: float | None) -> tuple[dict[str, Any], float | None]:
+def loader_feed_rate(per_worker: float, workers: int, cores: int | None, processes: int = 1) -> tuple[float, int]:
+    """(images/s the loader of ONE training process delivers, processes decoding in parallel for it).
+    0 workers: the main process decodes. Workers beyond the cores a process gets share them, so they add
+    nothing. Pure."""
+    parallel = max(workers, 1)
+    if cores:
+        parallel = min(parallel, max(1, cores // max(processes, 1)))
+    return per_worker * parallel, parallel
+
+
+def _loader_feed(loader: LoaderSample | None, workers: int, world: int, compute_rate: float | None,
+                 cores: int | None = None, per_node: int = 1) -> tuple[dict[str, Any], float | None]:
     """(the forecast's loader section, images/s the loaders of one device deliver; None when not measured)."""
-    info: dict[str, Any] = {"measured": loader is not None, "workers": workers, "total_workers": workers * world}
+    info: dict[str, Any] = {"measured": loader is not None and not loader.estimated,
+                            "estimated": loader is not None and loader.estimated,
+                            "workers": workers, "total_workers": workers * world, "cores": cores}
     if loader is None:
         return info, None
     per_worker = loader.images_per_s_per_worker
-    rate = per_worker * max(workers, 1)
-    info.update(source=loader.source, images_per_s_per_worker=per_worker, images_per_s=rate,
+    rate, parallel = loader_feed_rate(per_worker, workers, cores, per_node)
+    info.update(source=loader.source, images_per_s_per_worker=per_worker, images_per_s=rate, decoders=parallel,
                 workers_needed=math.ceil(compute_rate / per_worker) if compute_rate else None,
                 keeps_up=(rate >= compute_rate) if compute_rate else None)
     return info, rate
@@ -225,17 +254,19 @@ def _prices(epoch_s: float | None, total_s: float | None, hw: Any, nodes: int) -
     }
 
 
-def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None, workers: int,
-               loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings) -> dict[str, str]:
-    """The one thing that limits the run, and the number that shows it."""
+def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None, loader_info: dict[str, Any],
+               loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings,
+               host_warning: HostWarning | None = None) -> dict[str, str]:
+    """The one thing that limits the run, the numbers that show it, and the fix where there is one."""
+    if host_warning is not None:
+        return {"name": "host RAM", "evidence": f"as asked, {host_warning.message} (the forecast runs the workers "
+                                                "the plan caps to)", "fix": host_warning.fix}
     if not host.fits:
         return {"name": "host RAM", "evidence": f"loaders and processes need {fmt_bytes(host.total)} "
-                                                f"of {fmt_bytes(host.capacity)} RAM"}
+                                                f"of {fmt_bytes(host.capacity)} RAM",
+                "fix": "fewer loader workers or a smaller prefetch_factor / batch"}
     if loader_rate is not None and compute_rate is not None and loader_rate < compute_rate:
-        need = math.ceil(compute_rate / loader.images_per_s_per_worker)
-        return {"name": "data loading", "evidence": f"{workers} workers decode {loader_rate:,.0f} images/s, "
-                                                    f"the {device.kind.upper()} could take {compute_rate:,.0f}: "
-                                                    f"needs {need} workers"}
+        return _input_bound(compute_rate, loader_rate, loader_info, loader, device)
     if step is None:
         return {"name": "unknown", "evidence": "cannot price compute: " + "; ".join(device.unknown)}
     compute = step.compute_bound_s / step.seconds
@@ -245,3 +276,23 @@ def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None,
     if step.limiter == "compute":
         return {"name": "compute", "evidence": split}
     return {"name": "memory bandwidth", "evidence": split}
+
+
+def _input_bound(compute_rate: float, loader_rate: float, info: dict[str, Any], loader: LoaderSample,
+                 device: DeviceCeilings) -> dict[str, str]:
+    """The loader cannot feed the device: how many decode, how fast, and how many workers it would take."""
+    workers, cores = info["workers"], info.get("cores")
+    need = math.ceil(compute_rate / loader.images_per_s_per_worker)
+    who = f"{workers} workers" if workers else "the main process (0 workers)"
+    kind = device.kind.upper()
+    if loader.estimated:
+        fix = f"{need} decoding cores would keep up"
+        if cores is not None and need > cores:
+            fix += f", more than the machine's {cores}: store the images nearer the train size or decode on the GPU"
+        return {"name": "input pipeline (estimate)",
+                "evidence": f"{who} feed about {loader_rate:,.0f} images/s ({loader.images_per_s_per_worker:,.0f} "
+                            f"per core, estimate from this CPU), below the {kind}'s {compute_rate:,.0f}: input-bound",
+                "fix": fix}
+    return {"name": "data loading", "evidence": f"{who} decode {loader_rate:,.0f} images/s, "
+                                                f"the {kind} could take {compute_rate:,.0f}: needs {need} workers",
+            "fix": f"loader.num_workers={need}" + (f" (the machine has {cores} cores)" if cores else "")}

@@ -16,7 +16,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.estimate import calibration
 from fasttrain.hardware import gpus
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.estimate.forecast import Forecast, LoaderSample, forecast
+from fasttrain.estimate.forecast import Forecast, HostWarning, LoaderSample, forecast
 from fasttrain.plan import Plan, check_image_size, make_plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
@@ -81,7 +81,23 @@ def resolve_profile(ref: str, req: Request) -> Any:
         flags["optim.epochs"] = ("--epochs", req.epochs_flag)
     flags.update(req.batch_flags)
     flags.update(req.world_flags)
-    return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags)
+    return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags, what_if=True)
+
+
+def host_warning(resolved: Any) -> HostWarning | None:
+    """The over-budget loader RAM a what-if resolution let through (profiles/rules.py), as the forecast's
+    bottleneck; None when the plan's loader RAM fits."""
+    from fasttrain.profiles.rules import HOST_RAM_WHAT_IF
+    for note in resolved.notes:
+        if note.severity == HOST_RAM_WHAT_IF:
+            return HostWarning(f"{note.where}: {note.message}", note.fix)
+    return None
+
+
+def plain_notes(resolved: Any) -> list[str]:
+    """The profile's notes to print, less the host-RAM what-if (the bottleneck line says it, with its fix)."""
+    from fasttrain.profiles.rules import HOST_RAM_WHAT_IF
+    return [n.line() for n in resolved.notes if n.severity != HOST_RAM_WHAT_IF]
 
 
 def gpu_report(profile: Profile, spec: gpus.GpuSpec, vram_bytes: int) -> HardwareReport:
@@ -108,6 +124,7 @@ class Target:
     device: calibration.DeviceCeilings
     host_ram_bytes: int
     where: str   # "profile" (the profile's GPU), "--gpu", or "this machine"
+    cores: int | None = None   # the machine's CPU cores (the profile's, or this machine's)
 
 
 def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | None, dataset_size: int,
@@ -122,7 +139,8 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
         plan = make_plan(profile, report, dataset_size)
         dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
         dev = dataclasses.replace(dev, memory_bytes=vram)
-        return Target(plan, dev, report.memory.ram_total_bytes, "--gpu" if gpu_flag else "profile")
+        return Target(plan, dev, report.memory.ram_total_bytes, "--gpu" if gpu_flag else "profile",
+                      profile.hardware.cpu_cores)
     if local is None:
         local = local_report()
     local_gpu = local.training_gpu()
@@ -132,13 +150,13 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             plan = make_plan(profile, local, dataset_size)
             dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
             dev = dataclasses.replace(dev, memory_bytes=local_gpu.memory_total_bytes)
-            return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
+            return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
     from fasttrain.estimate import cpu_ceiling
     plan = make_plan(profile, local, dataset_size)
     ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last)
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
                                    conv_weight_s_per_byte=ceiling.conv_weight_s_per_byte)
-    return Target(plan, dev, local.memory.ram_total_bytes, "this machine")
+    return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
 
 
 def cpu_threads_for(plan: Plan) -> int | None:
@@ -168,12 +186,21 @@ def model_cost(model: str, image_size: int, num_classes: int, precision: str) ->
 
 
 def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, gpu_flag: str | None = None,
-                 force_local: bool = False) -> tuple[Forecast, Target]:
+                 force_local: bool = False, warning: HostWarning | None = None,
+                 estimate_loader: bool = True) -> tuple[Forecast, Target]:
+    """The forecast of the plan on its target. Without --data, a GPU target's input pipeline is estimated from
+    this CPU's decode rate (decode_rate.py: measured once, cached); estimate_loader=False skips that (train's
+    dashboard forecast, which wants the GPU's images/s only)."""
     target = target_for(profile, gpu_flag, local, req.dataset_size, force_local)
     cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
     priced, price_source, unpriced = (profile, None, None) if force_local else priced_for(profile, gpu_flag)
+    loader = req.loader
+    if loader is None and estimate_loader and not force_local and target.device.kind == "gpu":
+        from fasttrain.estimate import decode_rate
+        loader = decode_rate.per_core_rate(target.plan.image_size, profile.augment)
     fc = forecast(target.plan, priced, cost, target.device, req.dataset_size, profile.optim.epochs,
-                  target.host_ram_bytes, calibration.load()["memory"], req.loader)
+                  target.host_ram_bytes, calibration.load()["memory"], loader, cores=target.cores,
+                  host_warning=None if force_local else warning)
     fc.cost["price_source"] = price_source
     if unpriced:
         fc.unknown.append(unpriced)
@@ -231,7 +258,7 @@ def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareRepor
                                         epochs_flag=profile.optim.epochs)
         for name in presets.preset_names():
             res = resolve_profile(name, same_work)
-            fc, _t = forecast_for(res.profile, req, local)
+            fc, _t = forecast_for(res.profile, req, local, warning=host_warning(res))
             rows.append(compare_row(name, fc))
     rows.sort(key=lambda r: (r["total_s"] is None, r["total_s"] or 0.0, r["name"]))
     return rows

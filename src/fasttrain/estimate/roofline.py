@@ -78,6 +78,16 @@ class Ceilings:
     # CPU (cpu_ceiling.py: a small-output convolution, where this cost dominates); 0 on GPUs, whose fitted
     # efficiencies already hold it.
     conv_weight_s_per_byte: float = 0.0
+    # GPUs: dense convolutions may run at another rate than the matmuls (PyTorch runs convolutions in TF32 on
+    # Ampere and newer by default, cudnn.allow_tf32, whatever the matmul TF32 flag says). None: the matmul rate.
+    conv_peak_flops: float | None = None
+    conv_efficiency: float | None = None
+    # GPUs: grouped convolutions do not use tensor cores; their FLOP roof is the CUDA-core fp32 peak x
+    # depthwise_efficiency whatever the precision. None: peak_flops x compute_efficiency x depthwise_efficiency.
+    depthwise_peak_flops: float | None = None
+    # Extra memory traffic of a dense convolution, as a share of its own bytes: tensor cores read NHWC, so an
+    # NCHW tensor under autocast is transposed in and out of every convolution. 0 for channels_last.
+    conv_layout_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,12 +107,11 @@ def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimize
               momentum: bool = True, compiled: bool = False, mixed_precision: bool = False,
               fused_optimizer: bool = True) -> StepTime:
     """Seconds for one forward+backward+optimizer step of `batch` samples on one device."""
-    grouped = np.where(table.depthwise, c.depthwise_efficiency, 1.0)
-    if c.depthwise_backward_efficiency is not None and table.depthwise_backward is not None:
-        grouped = np.where(table.depthwise_backward, c.depthwise_backward_efficiency, grouped)
-    flop_rate = c.peak_flops * c.compute_efficiency * grouped
+    flop_rate = _flop_rates(table, c)
     compute = batch * table.flops / flop_rate
     traffic = batch * table.bytes_per_sample + table.fixed_bytes
+    if c.conv_layout_bytes and table.conv is not None:
+        traffic = np.where(table.conv, traffic + batch * table.bytes_per_sample * c.conv_layout_bytes, traffic)
     if compiled:
         traffic = np.where(table.pointwise, traffic * c.compile_pointwise_bytes, traffic)
     memory = traffic / (c.bandwidth * c.memory_efficiency)
@@ -119,3 +128,18 @@ def step_time(table: OpTable, batch: int, c: Ceilings, params: int = 0, optimize
     optimizer_s = stream_bytes / (c.bandwidth * STREAM_EFFICIENCY)
     return StepTime(compute_bound + memory_bound + overhead + optimizer_s, compute_bound, memory_bound,
                     overhead, optimizer_s)
+
+
+def _flop_rates(table: OpTable, c: Ceilings) -> np.ndarray:
+    """FLOP/s each op reaches: matmuls at the precision's peak, dense convolutions at theirs (TF32 by default
+    on Ampere+), grouped convolutions on CUDA cores (GPUs) or at a share of the peak (CPU)."""
+    rate = np.full(len(table.flops), c.peak_flops * c.compute_efficiency)
+    if table.conv is not None and (c.conv_peak_flops is not None or c.conv_efficiency is not None):
+        conv_rate = (c.conv_peak_flops or c.peak_flops) * (c.conv_efficiency or c.compute_efficiency)
+        rate = np.where(table.conv, conv_rate, rate)
+    grouped = np.where(table.depthwise, c.depthwise_efficiency, 1.0)
+    if c.depthwise_backward_efficiency is not None and table.depthwise_backward is not None:
+        grouped = np.where(table.depthwise_backward, c.depthwise_backward_efficiency, grouped)
+    if c.depthwise_peak_flops is not None:
+        return np.where(table.depthwise, c.depthwise_peak_flops * grouped, rate)
+    return np.where(table.depthwise, rate * grouped, rate)

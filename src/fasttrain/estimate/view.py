@@ -88,20 +88,31 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
     t.add_row("total", fmt_bytes(h.total), f"of {fmt_bytes(h.capacity)}: {'fits' if h.fits else 'DOES NOT FIT'}")
     out.print(t)
 
-    ld = fc.loader
+    _render_loader(fc.loader, out)
+    _render_cost(fc, out)
+    fix = f"; fix: {fc.bottleneck['fix']}" if fc.bottleneck.get("fix") else ""
+    out.print(f"[bold]bottleneck:[/] {fc.bottleneck['name']}: {fc.bottleneck['evidence']}{fix}", highlight=False)
+    for u in fc.unknown:
+        out.print(f"unknown: {u}")
+
+
+def _render_loader(ld: dict[str, Any], out: Any) -> None:
+    """Workers, the decode rate (measured with --data, or estimated from this CPU) and whether it keeps up."""
     t = _table("data loading")
-    t.add_row("workers", f"{ld['workers']}", f"{ld['total_workers']} in the whole job")
-    if ld["measured"]:
-        t.add_row("per worker", _num(ld["images_per_s_per_worker"], "{:,.0f}", " images/s"), ld["source"])
-        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"), _feed_words(ld))
+    cores = f" on {ld['cores']} cores" if ld.get("cores") else ""
+    t.add_row("workers", f"{ld['workers']}", f"{ld['total_workers']} in the whole job{cores}")
+    if ld["measured"] or ld.get("estimated"):
+        label = "per worker" if ld["measured"] else "per core (estimate)"
+        t.add_row(label, _num(ld["images_per_s_per_worker"], "{:,.0f}", " images/s"), ld["source"])
+        t.add_row("loader", _num(ld["images_per_s"], "{:,.0f}", " images/s"),
+                  f"{ld['decoders']} decoding in parallel; {_feed_words(ld)}")
+        if ld.get("input_bound_epoch_s"):
+            t.add_row("epoch if input-bound", fmt_duration(ld["input_bound_epoch_s"]),
+                      f"at {ld['input_bound_images_per_s']:,.0f} images/s per device; give --data DIR to measure "
+                      "your files")
     else:
         t.add_row("per worker", "not measured", "give --data DIR to sample decode + augment speed")
     out.print(t)
-
-    _render_cost(fc, out)
-    out.print(f"[bold]bottleneck:[/] {fc.bottleneck['name']}: {fc.bottleneck['evidence']}")
-    for u in fc.unknown:
-        out.print(f"unknown: {u}")
 
 
 def _render_cost(fc: Forecast, out: Any) -> None:

@@ -320,8 +320,9 @@ _FIXES = {
 }
 
 
-def build(layers: list[Layer]) -> Resolved:
-    """Merge layers (lowest precedence first), validate everything, and report all problems at once."""
+def build(layers: list[Layer], what_if: bool = False) -> Resolved:
+    """Merge layers (lowest precedence first), validate everything, and report all problems at once.
+    what_if (estimate): an over-budget loader RAM is a note to forecast, not an error (rules.check_cross_fields)."""
     merged: dict[str, Any] = {}
     provenance: dict[str, str] = {k: "default" for k in all_dotted_keys()}
     for layer in layers:
@@ -339,14 +340,14 @@ def build(layers: list[Layer]) -> Resolved:
         if len(errors) > MAX_PROBLEMS:
             problems.add("", f"... and {len(errors) - MAX_PROBLEMS:,} more problem(s) like these",
                          "fix the ones above first")
-    check_cross_fields(merged, problems)
+    check_cross_fields(merged, problems, what_if=what_if)
     if problems.errors or profile is None:
         raise UserError(problems.items)
     return Resolved(profile, provenance, problems.notes, [layer.label for layer in layers])
 
 
 def resolve(ref: str, sets: list[str] | None = None, env: Mapping[str, str] | None = None,
-            flags: Mapping[str, Any] | None = None) -> Resolved:
+            flags: Mapping[str, Any] | None = None, what_if: bool = False) -> Resolved:
     """Profile `ref` (preset name or file) + env + --set + explicit flags, validated."""
     layers = _file_layers(_check_ref(ref, "--profile"))
     layers += env_layers(os.environ if env is None else env)
@@ -356,7 +357,7 @@ def resolve(ref: str, sets: list[str] | None = None, env: Mapping[str, str] | No
         data: dict[str, Any] = {}
         _set_dotted(data, dotted, value)
         layers.append(Layer(f"flag {flag}", data))
-    return build(layers)
+    return build(layers, what_if=what_if)
 
 
 def resolve_file_only(ref: str) -> Resolved:

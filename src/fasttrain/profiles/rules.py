@@ -41,10 +41,16 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def check_cross_fields(data: Mapping[str, Any], problems: Problems) -> None:
+# Severity of an over-budget loader RAM in a what-if (`estimate`): shown and forecast, not refused.
+HOST_RAM_WHAT_IF = "host-ram"
+
+
+def check_cross_fields(data: Mapping[str, Any], problems: Problems, what_if: bool = False) -> None:
+    """what_if: `estimate` forecasts the plan anyway, so an over-budget loader RAM is reported with its fix
+    (severity HOST_RAM_WHAT_IF) instead of refused; train and validate keep refusing it."""
     _workers_and_prefetch(data, problems)
     _precision_and_hardware(data, problems)
-    _loader_ram(data, problems)
+    _loader_ram(data, problems, HOST_RAM_WHAT_IF if what_if else "error")
 
 
 def _workers_and_prefetch(data: Mapping[str, Any], problems: Problems) -> None:
@@ -88,7 +94,7 @@ def _precision_and_hardware(data: Mapping[str, Any], problems: Problems) -> None
                      precision, severity="note")
 
 
-def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
+def _loader_ram(data: Mapping[str, Any], problems: Problems, severity: str = "error") -> None:
     workers = _int(_get(data, "loader.num_workers"))
     prefetch = _get(data, "loader.prefetch_factor")
     batch = _int(_get(data, "loader.batch_size"))
@@ -122,7 +128,7 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems) -> None:
     if fit_prefetch:
         options.append(f"loader.prefetch_factor to {fit_prefetch} or less")
     fix = " or ".join(options) if options else "lower loader.batch_size, num_workers and prefetch_factor"
-    problems.add("loader.num_workers", f"{over}: the host runs out of memory", fix, workers)
+    problems.add("loader.num_workers", f"{over}: the host runs out of memory", fix, workers, severity=severity)
 
 
 def _shared_loader(data: Mapping[str, Any], problems: Problems, workers: int, pf: int, one: int, used: int,

@@ -52,7 +52,7 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
         req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
                       dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
                       image_size_flag=None, sets=[], gpu=None, loader=None)
-        fc, _ = forecast_for(prep.resolved.profile, req, prep.report)
+        fc, _ = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False)
     except Exception:  # noqa: BLE001 - see docstring
         return None
     out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
