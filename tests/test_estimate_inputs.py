@@ -122,7 +122,7 @@ def test_gpu_flag_is_priced_from_the_price_file_not_the_profile(cli) -> None:
     assert cost["price_on_demand_per_hour"] == 2.45 and cost["price_spot_per_hour"] == 1.39   # not the A10G's 1.624
     assert cost["price_source"] == "data/gpu_prices.csv: RunPod, per GPU"
     r = cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "A100 80GB")
-    assert "at $2.45/h x 1 machine(s)" in r.out and "$1.62/h" not in r.out
+    assert "at $2.45/h x 1 machine" in r.out and "$1.62/h" not in r.out
     four = _json(cli("estimate", "--profile", "aws-a10g", *TINY, "--gpu", "A100 80GB", "--set",
                      "world.gpus_per_node=4", "--json"))["forecast"]["cost"]
     assert four["price_on_demand_per_hour"] == 4 * 2.45   # a machine of 4 such GPUs

@@ -16,7 +16,7 @@ from fasttrain.estimate.calibration import DeviceCeilings
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, step_time
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, plural
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def _input_bound(compute_rate: float, loader_rate: float, info: dict[str, Any], 
     """The loader cannot feed the device: how many decode, how fast, and how many workers it would take."""
     workers, cores = info["workers"], info.get("cores")
     need = math.ceil(compute_rate / loader.images_per_s_per_worker)
-    who = f"{workers} workers" if workers else "the main process (0 workers)"
+    who = plural(workers, "worker") if workers else "the main process (0 workers)"
     kind = device.kind.upper()
     if loader.estimated:
         fix = f"{need} decoding cores would keep up"
@@ -294,5 +294,5 @@ def _input_bound(compute_rate: float, loader_rate: float, info: dict[str, Any], 
                             f"per core, estimate from this CPU), below the {kind}'s {compute_rate:,.0f}: input-bound",
                 "fix": fix}
     return {"name": "data loading", "evidence": f"{who} decode {loader_rate:,.0f} images/s, "
-                                                f"the {kind} could take {compute_rate:,.0f}: needs {need} workers",
+                                                f"the {kind} could take {compute_rate:,.0f}: needs {plural(need, 'worker')}",
             "fix": f"loader.num_workers={need}" + (f" (the machine has {cores} cores)" if cores else "")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from fasttrain.estimate.forecast import Forecast
-from fasttrain.core.format import fmt_bytes, fmt_duration
+from fasttrain.core.format import fmt_bytes, fmt_duration, plural
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -28,7 +28,7 @@ def _feed_words(ld: dict[str, Any]) -> str:
     """Whether the measured loader keeps up; without a compute speed to compare with, say so (never "None")."""
     if ld.get("keeps_up") is None or ld.get("workers_needed") is None:
         return "compute speed unknown: cannot say whether it keeps up"
-    return "keeps up" if ld["keeps_up"] else f"needs {ld['workers_needed']} workers"
+    return "keeps up" if ld["keeps_up"] else f"needs {plural(ld['workers_needed'], 'worker')}"
 
 
 def render_forecast(fc: Forecast, out: Any, header: str) -> None:
@@ -47,10 +47,10 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
     t.add_row("iterations per epoch", f"{s['iterations_per_epoch']:,}",
               f"{'floor' if s['drop_last'] else 'ceil'}({s['dataset_size']:,} / ({s['batch_size']} x {s['world_size']}))")
     if s["world_size"] > 1:
-        t.add_row("world", f"{s['world_size']} GPUs", f"{s['nodes']} machines x {s['gpus_per_node']} GPUs; "
+        t.add_row("world", f"{s['world_size']} GPUs", f"{plural(s['nodes'], 'machine')} x {plural(s['gpus_per_node'], 'GPU')}; "
                   f"scaling efficiency {sp['multi_device_efficiency']:.0%} (fitted on 8-GPU published rows)")
     t.add_row("total batch", f"{s['effective_batch']:,}",
-              f"{s['batch_size']} x {s['accumulation_steps']} accumulation x {s['world_size']} devices; "
+              f"{s['batch_size']} x {s['accumulation_steps']} accumulation x {plural(s['world_size'], 'device')}; "
               f"LR {s['base_lr']:g} -> {s['scaled_lr']:.4g}")
     t.add_row("plan", f"{s['precision']}", f"channels_last={s['channels_last']} compile={s['compile']} tf32={s['tf32']}")
     t.add_row("step time", _num(sp["step_time_s"], "{:.3f}", " s"),
@@ -126,7 +126,7 @@ def _render_cost(fc: Forecast, out: Any) -> None:
         t.add_row("price", "unknown", f"no hourly price for {fc.device['name']}")
     else:
         t.add_row("on-demand", f"{_usd(c['on_demand_per_epoch'])} / epoch", f"{_usd(c['on_demand_per_run'])} per run "
-                  f"at {_price(c['price_on_demand_per_hour'])} x {c['machines']} machine(s)")
+                  f"at {_price(c['price_on_demand_per_hour'])} x {plural(c['machines'], 'machine')}")
         t.add_row("spot", f"{_usd(c['spot_per_epoch'])} / epoch", f"{_usd(c['spot_per_run'])} per run "
                   f"at {_price(c['price_spot_per_hour'])}")
         if c.get("price_source"):
