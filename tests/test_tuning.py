@@ -164,3 +164,40 @@ def test_no_tune_runs_no_trial(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
     assert found == {"skipped": "--no-tune"}
     assert not (tmp_path / "cache" / CACHE_FILE).exists()
+
+
+# -- one voice for loader workers: bench loader measures, doctor and train read it ---------------------------
+def test_workers_advice_names_the_measurement_caps_at_the_cores_or_says_unmeasured() -> None:
+    from fasttrain.tuning.advice import workers_advice
+    m = Measurement("workers", 3, 1.4, "bench loader", "2026-11-24")
+    a = workers_advice([m], 1, 4)
+    assert a.value == 3 and a.text == "loader workers=3: 1.40x here (bench loader, 2026-11-24)"
+    assert workers_advice([m], 1, 2).value == 2 and "2 by the 2 cores" in workers_advice([m], 1, 2).text
+    b = workers_advice([], 1, 2)
+    assert b.value == 1 and b.measured is None and "unmeasured here" in b.text
+
+
+def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from image_tree import write_tree
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    write_tree(data / "train", {"a": 8, "b": 8})
+    write_tree(data / "val", {"a": 2, "b": 2}, seed=1)
+    sizes = ("--image-size", "16", "--set", "loader.batch_size=4")
+    train = ("train", "--data", str(data), "--profile", "cpu", *sizes, "--dry-run", "--json")
+    before = json.loads(cli(*train).out)["plan"]
+    assert "unmeasured here" in before["workers_reason"]
+    res = cli("bench", "loader", "--data", str(data), "--profile", "cpu", *sizes, "--rounds", "1", "--batches", "2",
+              "--max-workers", "2", "--prefetch", "2", "--model", "none", "--json", "--out", str(tmp_path / "b.json"))
+    assert res.code == 0, res.err
+    bench = json.loads(res.out)
+    measured = bench["advice"]["workers"]
+    assert bench["advice"]["recorded"] and "here (bench loader, " in bench["advice"]["text"]
+    plan = json.loads(cli(*train).out)["plan"]
+    assert plan["workers"] == measured and "here (bench loader, " in plan["workers_reason"]
+    rec = json.loads(cli("doctor", "--json").out)["recommendation"]
+    assert rec["settings"]["loader.num_workers"] == measured
+    assert "here (bench loader, " in rec["reasons"]["loader.num_workers"]
+    # the user's own count is the user's: the measurement does not replace it
+    own = json.loads(cli(*train, "--set", "loader.num_workers=0").out)["plan"]
+    assert own["workers"] == 0 and "bench loader" not in own["workers_reason"]

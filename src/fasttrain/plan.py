@@ -14,6 +14,8 @@ from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.tuning.advice import workers_advice
+from fasttrain.tuning.store import Measurement
 
 # Largest training crop fasttrain accepts: 8192 px is already ~800 MB per fp32 image; beyond it a typo is likelier.
 MAX_IMAGE_SIZE = 8192
@@ -114,11 +116,13 @@ def cores_per_process_workers(cores: int, processes_per_node: int) -> int:
     return max(0, cores // max(processes_per_node, 1) - 1)
 
 
-def _workers(profile: Profile, report: HardwareReport, budget: int,
-             in_memory: str | None = None) -> tuple[int, str, str | None]:
+def _workers(profile: Profile, report: HardwareReport, budget: int, in_memory: str | None = None,
+             measured: list[Measurement] | None = None) -> tuple[int, str, str | None]:
     """-> (workers per process, why, a plan note when several processes on this machine had to share it).
     `in_memory`: the data's kind when its samples need no decoding (tensors in memory): 0 workers, so every core
-    computes (a worker would only pass tensors across a process boundary); a measured trial may say otherwise."""
+    computes (a worker would only pass tensors across a process boundary); a measured trial may say otherwise.
+    `measured`: loader measurements for this data (None: the user chose the count): the count doctor recommends
+    too (tuning/advice.workers_advice), then the caps below."""
     asked = profile.loader.num_workers
     per_node = profile.world.gpus_per_node
     if per_node > 1:
@@ -126,6 +130,9 @@ def _workers(profile: Profile, report: HardwareReport, budget: int,
     if in_memory and asked:
         return 0, f"{in_memory} data are tensors in memory: nothing to decode, every core computes", None
     workers, reasons = asked, []
+    if measured is not None and not in_memory:
+        advice = workers_advice(measured, asked, report.cores)
+        workers, reasons = advice.value, [advice.text]
     if workers > report.cores:
         workers = report.cores
         reasons.append(f"capped at the {report.cores} cores of this machine")
@@ -157,9 +164,11 @@ def _shared_workers(profile: Profile, report: HardwareReport, budget: int) -> tu
 
 
 def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None = None,
-              extra_notes: tuple[str, ...] = (), in_memory: str | None = None) -> Plan:
+              extra_notes: tuple[str, ...] = (), in_memory: str | None = None,
+              measured_workers: list[Measurement] | None = None) -> Plan:
     """The profile resolved against this machine. `extra_notes`: the caller's own reasons (an automatic batch's
-    explanation), shown after the plan's. `in_memory`: the data's kind when it needs no decoding (see _workers)."""
+    explanation), shown after the plan's. `in_memory`: the data's kind when it needs no decoding; `measured_workers`:
+    loader measurements for this data, None when the user set the worker count (see _workers)."""
     check_image_size(profile.loader.image_size, "loader.image_size")
     cuda = report.has_cuda
     if cuda:
@@ -174,7 +183,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
     precision, precision_reason = _precision(profile, report, cuda)
     compile_on, compile_reason = _compile(profile, report)
     budget = ar.ram_budget_bytes(report.memory.ram_total_bytes / ar.GIB, profile.hardware.ram_budget_fraction)
-    workers, workers_reason, workers_note = _workers(profile, report, budget, in_memory)
+    workers, workers_reason, workers_note = _workers(profile, report, budget, in_memory, measured_workers)
     gpu = report.training_gpu()
     tf32 = profile.speed.tf32 and cuda and bool(gpu and gpu.tf32_supported)
     notes = [workers_note] if workers_note else []

@@ -186,6 +186,17 @@ def summary(points: list[Point], samples: list[dict[str, Any]], plan: Any, choic
     }
 
 
+def workers_measurement(points: list[Point], choice: Point, planned: int, today: str) -> Any:
+    """What `bench loader` leaves in the measurement cache (tuning/store.py) for doctor and train's plan: the
+    recommended worker count and its rate over the count the plan would have used (the nearest one measured). Pure."""
+    from fasttrain.tuning.store import Measurement
+
+    per = best_per_workers(points)
+    base = per[min(per, key=lambda w: (abs(w - planned), w))]
+    return Measurement("workers", choice.workers, round(choice.images_per_s / max(base.images_per_s, 1e-9), 2),
+                       "bench loader", today, f"vs {plural(base.workers, 'worker')}, the plan's rule")
+
+
 def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:
     """estimate's forecast of training images/s on the GPU the profile names, for when this machine has no GPU
     (the loader measured here must keep up with *that* GPU). None when estimate cannot forecast it."""

@@ -101,6 +101,10 @@ def render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: 
     if result.get("speedup_over_0_workers"):
         out.print(f"workers vs loading in the main process: {result['speedup_over_0_workers']:.2f}x measured; "
                   f"the notes claim {workers_claim}")
+    if result.get("advice"):
+        kept = "" if result["advice"]["recorded"] else " (not recorded: the cache cannot be written)"
+        out.print(f"recorded for doctor and for train's plan ({result['image_size']} px, batch "
+                  f"{result['batch_size']}): {result['advice']['text']}{kept}")
     out.print(result["training"]["message"])
     if result.get("batch_message"):
         out.print(result["batch_message"])

@@ -252,6 +252,8 @@ def loader_cmd(
                 f"{choice.images_per_s:.0f} img/s\n{why}")
         bl.write_profile(write_profile, ref, choice, note)
         result["profile_written"] = str(write_profile)
+    result["advice"] = _remember_loader(bl.workers_measurement(points, choice, plan.workers, _today()), bundle.kind,
+                                        plan, report)
     path = _save("loader", out, result, report)
     if as_json:
         print_json(result)
@@ -261,6 +263,27 @@ def loader_cmd(
         from fasttrain.bench.speedups import claims_text, load_claims
         _, claim = claims_text("workers", load_claims())
     bench_view.render_loader(result, points, knee, choice, claim, path, console())
+
+
+def _today() -> str:
+    from datetime import date
+    return date.today().isoformat()
+
+
+def _remember_loader(found: Any, kind: str, plan: Any, report: Any) -> dict[str, Any]:
+    """The recommended worker count goes to the measurement cache, keyed by this machine and torch, the data kind,
+    image size and batch (no model): train's plan and doctor read it through tuning/advice.workers_advice, the
+    same code that gives here the count they will use -> {workers, text, recorded}."""
+    from fasttrain.tuning.advice import workers_advice
+    from fasttrain.tuning.store import loader_key, record
+
+    recorded = True
+    try:
+        record(loader_key(report, kind, plan.image_size, plan.batch_size), measurements=[found])
+    except UserError:  # an unusable cache directory: the result file still has every figure
+        recorded = False
+    advice = workers_advice([found], plan.workers, report.cores)
+    return {"workers": advice.value, "text": advice.text, "recorded": recorded}
 
 
 def _prefetch_factors(prefetch: str) -> tuple[int, ...]:

@@ -2,8 +2,8 @@
 
 best_preset() is what `train` uses when --profile is omitted. recommend() starts from that preset and
 tunes the keys that depend on the machine: batch by VRAM (data/batch_by_vram.csv, from the
-gcp-efficientnet note), workers = floor(0.75 x cores) capped by the loader RAM budget, precision by
-compute capability, compile / channels_last / TF32 where they help.
+gcp-efficientnet note), workers as `bench loader` measured them here (else floor(0.75 x cores)) capped by the
+loader RAM budget, precision by compute capability, compile / channels_last / TF32 where they help.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fasttrain.profiles import presets
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 from fasttrain.core.format import fmt_bytes
-from fasttrain.tuning.advice import advise, describe, latest_of
+from fasttrain.tuning.advice import advise, describe, workers_advice
 from fasttrain.tuning.store import Measurement
 
 CPU_PRESET = "cpu"
@@ -186,12 +186,18 @@ def _batch(rec: Recommendation, gpu: GpuInfo | None, preset: Profile, same: bool
     return batch
 
 
-def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch: int, cuda: bool) -> None:
+def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch: int, cuda: bool,
+            measured: list[Measurement]) -> None:
+    """Workers: what `bench loader` (or train's trial) measured here, through the same code as train's plan
+    (tuning/advice.workers_advice); unmeasured, floor(0.75 x cores). Then the RAM and /dev/shm caps."""
     lo = preset.loader
     prefetch = lo.prefetch_factor or 2
     cores = report.cores
-    workers = ar.default_workers(cores, WORKER_FRACTION)
-    why = [f"floor({WORKER_FRACTION} x {cores} cores) = {workers}"]
+    rule = ar.default_workers(cores, WORKER_FRACTION)
+    advice = workers_advice(measured, rule, cores)
+    workers = advice.value
+    why = [advice.text if advice.measured is not None else f"floor({WORKER_FRACTION} x {cores} cores) = {rule}; "
+           + advice.text.split(": ", 1)[1]]
     one = ar.batch_bytes(batch, lo.image_size, overhead=lo.batch_overhead)
     budget = ar.ram_budget_bytes(math.floor(report.memory.ram_total_bytes / 2**30), preset.hardware.ram_budget_fraction)
     by_ram = ar.workers_within_budget(workers, prefetch, one, budget)
@@ -207,7 +213,7 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
             workers = by_shm
             why.append(f"capped at {by_shm} by /dev/shm ({fmt_bytes(shm)} free)")
             rec.notes.append(f"/dev/shm is small: start the container with --shm-size={wanted_gib}g to use "
-                             f"{ar.default_workers(cores, WORKER_FRACTION)} workers")
+                             f"{advice.value} workers")
     rec.set("loader.num_workers", workers, "; ".join(why))
     rec.set("loader.prefetch_factor", prefetch if workers else None,
             f"the preset's {prefetch}" if workers else "no workers: nothing to prefetch")
@@ -246,12 +252,6 @@ def _measured(rec: Recommendation, measured: list[Measurement]) -> None:
     fused = advise("fused_optimizer", True, measured)
     if fused.measured is not None:
         rec.set("speed.fused_optimizer", fused.suggest, fused.text)
-    workers = latest_of("workers", measured)
-    if workers is not None and "loader.num_workers" in rec.settings:
-        rec.set("loader.num_workers", int(workers.value), describe(workers))
-        rec.set("loader.prefetch_factor", rec.settings.get("loader.prefetch_factor") or 2 if workers.value else None,
-                "with the measured workers" if workers.value else "no workers: nothing to prefetch")
-        rec.set("loader.persistent_workers", bool(workers.value), "with the measured workers")
     for m in measured:
         line = "measured here: " + describe(m)
         if line not in rec.notes:
@@ -269,7 +269,7 @@ def recommend(report: HardwareReport, measured: list[Measurement] | None = None)
     same_chip = gpu is not None and token is not None and token in _tokens(gpu.name)
     _hardware(rec, report, gpu, preset.hardware, same_chip)
     batch = _batch(rec, gpu, preset, _same_machine(gpu, preset.hardware))
-    _loader(rec, report, preset, batch, gpu is not None)
+    _loader(rec, report, preset, batch, gpu is not None, measured or [])
     _speed(rec, report, gpu, preset)
     _measured(rec, measured or [])
     same_kind = [g for g in report.gpus if gpu is not None and g.name == gpu.name]

@@ -246,8 +246,19 @@ def _make_plan(resolved: Resolved, report: HardwareReport, bundle: Any, notes: l
     0 workers unless the user set loader.num_workers (the preset's count is for decoding images)."""
     own = not resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default"))
     in_memory = bundle.kind if bundle.kind in IN_MEMORY_KINDS and not own else None
+    measured = None if own or in_memory else _loader_measured(report, bundle.kind, resolved.profile.loader)
     return make_plan(resolved.profile, report, dataset_size=bundle.train_size, extra_notes=tuple(notes),
-                     in_memory=in_memory)
+                     in_memory=in_memory, measured_workers=measured)
+
+
+def _loader_measured(report: HardwareReport, kind: str, loader: Any) -> list[Any]:
+    """What `bench loader` measured on this machine for this data kind, image size and batch (the same
+    measurements doctor recommends from); [] when nothing was, or the cache cannot be read."""
+    from fasttrain.tuning.store import entry_measurements, loader_key, lookup
+    try:
+        return entry_measurements(lookup(loader_key(report, kind, loader.image_size, loader.batch_size)))
+    except UserError:
+        return []
 
 
 def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, report: HardwareReport, model_name: str,

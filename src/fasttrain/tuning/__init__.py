@@ -22,4 +22,6 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "pick_workers": "decide",
     "advise": "advice",
     "describe": "advice",
+    "workers_advice": "advice",
+    "loader_key": "store",
 })

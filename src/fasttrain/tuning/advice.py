@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fasttrain.core.format import plural
 from fasttrain.tuning.store import Measurement
 
 LABELS = {"compile": "compile", "fused_optimizer": "fused optimizer", "channels_last": "channels_last",
@@ -59,3 +60,16 @@ def advise(setting: str, value: Any, measurements: list[Measurement]) -> Advice:
 def measured_slower(setting: str, value: Any, measurements: list[Measurement]) -> bool:
     m = latest(setting, value, measurements)
     return m is not None and m.ratio < 1 - NOISE
+
+
+def workers_advice(measurements: list[Measurement], rule: int, cores: int) -> Advice:
+    """The loader worker count doctor's recommendation and train's plan both use: the newest measurement of
+    `workers` here (`bench loader`, or train's trial), at most the cores (a worker beyond them only takes a core
+    from the step); without one, the rule's count, said to be unmeasured. RAM caps come after. Pure."""
+    m = latest_of("workers", measurements)
+    if m is None:
+        return Advice("workers", rule, True, None,
+                      f"loader workers={rule}: unmeasured here (fasttrain bench loader measures it)")
+    value = min(int(m.value), max(cores, 0))
+    capped = f"; {value} by the {plural(cores, 'core')} of this machine" if value < int(m.value) else ""
+    return Advice("workers", value, True, m, describe(m) + capped)

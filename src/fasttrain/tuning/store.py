@@ -19,6 +19,8 @@ from fasttrain.hardware.report import HardwareReport
 
 CACHE_FILE = "tuning.json"
 SCHEMA = 1
+# The model of a measurement that depends on no model (`bench loader`: what the input pipeline delivers).
+LOADER_MODEL = "any"
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Measurement:
     setting: str       # workers | threads | precision | channels_last | fused_optimizer | compile | cudnn_benchmark
     value: Any
     ratio: float
-    source: str        # "train trial" | "bench speedups"
+    source: str        # "train trial" | "bench speedups" | "bench loader"
     date: str          # YYYY-MM-DD
     detail: str = ""   # e.g. "compile 41 s, saves 0.02 s/step"
 
@@ -54,6 +56,12 @@ def machine_id(report: HardwareReport) -> str:
     """CPU model, usable cores and the training GPU's name: what makes a measurement this machine's. Pure."""
     gpu = report.training_gpu()
     return f"{report.cpu.model} x{report.cores} | {gpu.name if gpu is not None else 'no GPU'}"
+
+
+def loader_key(report: HardwareReport, data_kind: str, image_size: int, batch: int) -> TrialKey:
+    """The key of a loader measurement (`bench loader` writes it, train's plan reads it): this machine and torch,
+    the data kind, image size and batch; no model (LOADER_MODEL). Pure."""
+    return TrialKey(machine_id(report), LOADER_MODEL, data_kind, image_size, batch, report.torch.version or "unknown")
 
 
 def cache_path(root: Path | None = None) -> Path:
