@@ -41,6 +41,14 @@ def _shared_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ["FASTTRAIN_CACHE"] = str(tmp_path_factory.mktemp("fasttrain-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _no_measurements_from_other_tests(_shared_cache: None) -> None:
+    """The measurement cache (tuning.json: trials, bench loader/speedups figures) changes plans and advice, so
+    each test starts without one: no test depends on which tests ran before it in the same worker."""
+    from fasttrain.tuning.store import cache_path
+    cache_path(Path(os.environ["FASTTRAIN_CACHE"])).unlink(missing_ok=True)
+
+
 @dataclass
 class CliResult:
     code: int
