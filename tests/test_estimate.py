@@ -134,7 +134,8 @@ def test_too_little_host_ram_is_the_bottleneck() -> None:
     assert fc.bottleneck["name"] == "host RAM" and not fc.host_ram.fits
 
 
-def test_unknown_peaks_give_no_number_and_say_what_is_missing() -> None:
+def test_unknown_peaks_give_no_number_and_say_what_is_missing(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr("fasttrain.hardware.gpus._standins", lambda: {})  # the A10G without its stand-in's peaks
     plan, prof = _plan(gpu="A10G")
     dev = gpu_ceilings(get_gpu("A10G"), plan.precision, plan.tf32, plan.channels_last)
     assert dev.ceilings is None and dev.unknown == ["fp32_tflops of A10G (AWS g5)", "tf32_tflops_dense of A10G (AWS g5)"]

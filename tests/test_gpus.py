@@ -95,3 +95,24 @@ def test_feed_targets_are_published_rows() -> None:
                 and gpus.find_gpu(r["gpu"]) is gpus.find_gpu(target["gpu"])]
         assert len(rows) == 1, target["gpu"]
         assert target["source"].split(" (")[0] == rows[0]["source"].split(" (")[0], target["gpu"]
+
+
+def test_a_gpu_without_published_peaks_is_priced_with_its_named_stand_in() -> None:
+    """The A10G's own cells stay empty (above); data/gpu_standins.csv names the A10 datasheet as its stand-in (the
+    mapping Lightning's throughput table uses), so the aws-a10g preset gets a forecast that says whose peaks it used."""
+    a10g, a10 = gpus.get_gpu("A10G"), gpus.get_gpu("A10")
+    priced, note = gpus.with_standin_peaks(a10g)
+    assert (priced.fp16_tensor_tflops, priced.fp32_tflops, priced.tf32_tflops) == (
+        a10.fp16_tensor_tflops, a10.fp32_tflops, a10.tf32_tflops)
+    assert (priced.memory_gb, priced.bandwidth_gbps, priced.name) == (a10g.memory_gb, a10g.bandwidth_gbps, a10g.name)
+    assert note is not None and "A10 (datasheet)" in note and "unpublished" in note
+    t4 = gpus.get_gpu("T4")
+    assert gpus.with_standin_peaks(t4) == (t4, None)   # its own peaks: no stand-in
+
+
+def test_the_aws_a10g_forecast_names_its_stand_in(cli) -> None:  # noqa: ANN001
+    import json
+    res = cli("estimate", "--profile", "aws-a10g", "--model", "resnet18", "--json")
+    assert res.code == 0, res.err
+    device = json.loads(res.out)["forecast"]["device"]
+    assert device["peaks_from"] == "A10 (datasheet)" and not device["unknown"] and device["peak_flops"] == 125e12

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fasttrain.hardware.gpus import GpuSpec
+from fasttrain.hardware.gpus import GpuSpec, standin_name, with_standin_peaks
 from fasttrain.estimate.roofline import Ceilings
 
 
@@ -43,6 +43,7 @@ class DeviceCeilings:
     group: str
     multi_device_efficiency: float
     source: str
+    peaks_from: str = ""             # another GPU whose peaks stand in for unpublished ones (data/gpu_standins.csv)
 
 
 def precision_family(precision: str, tf32_used: bool) -> str:
@@ -59,6 +60,7 @@ def gpu_ceilings(spec: GpuSpec, precision: str, tf32: bool, channels_last: bool,
     grouped convolutions at the CUDA-core fp32 peak (no tensor cores); memory-bound ops at the bandwidth,
     with their own efficiency under autocast; NCHW under autocast pays a transpose around each convolution."""
     g = (factors or load())["gpu"]
+    spec, standin = with_standin_peaks(spec)
     amp = precision in ("fp16-mixed", "bf16-mixed")
     tf32_used = tf32 and spec.tf32_supported and precision == "fp32"
     group = group_key(precision, tf32_used, channels_last)
@@ -84,7 +86,8 @@ def gpu_ceilings(spec: GpuSpec, precision: str, tf32: bool, channels_last: bool,
                             conv_peak_flops=conv_peak, conv_efficiency=eff["tf32" if conv_tf32 else family],
                             depthwise_peak_flops=spec.peak_flops("fp32"), conv_layout_bytes=layout)
     return DeviceCeilings(spec.name, "gpu", ceilings, peak, spec.memory_bytes, unknown, group,
-                          g["multi_gpu_efficiency"], spec.source)
+                          g["multi_gpu_efficiency"], f"{spec.source}; {standin}" if standin else spec.source,
+                          standin_name(spec.name) if standin else "")
 
 
 def cpu_ceilings(matmul_flops: float, bandwidth: float, ram_bytes: int | None,

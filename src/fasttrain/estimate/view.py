@@ -59,7 +59,9 @@ def render_forecast(fc: Forecast, out: Any, header: str) -> None:
               f"per device {_num(sp['images_per_s_per_device'], '{:,.0f}')}")
     t.add_row("epoch", fmt_duration(fc.time["epoch_s"]), "")
     t.add_row("total", fmt_duration(fc.time["total_s"]), f"{s['epochs']} epochs")
-    t.add_row("MFU", _num(sp["mfu"], "{:.0%}"), f"of peak {_num((fc.device['peak_flops'] or 0) / 1e12 or None, '{:.1f}', ' TFLOP/s')}")
+    standin = f" (the {fc.device['peaks_from']}'s, standing in)" if fc.device.get("peaks_from") else ""
+    t.add_row("MFU", _num(sp["mfu"], "{:.0%}"),
+              f"of peak {_num((fc.device['peak_flops'] or 0) / 1e12 or None, '{:.1f}', ' TFLOP/s')}{standin}")
     out.print(t)
 
     mem = fc.memory

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from fasttrain.core.errors import Problem, UserError
@@ -100,6 +100,35 @@ def _index() -> dict[str, GpuSpec]:
         for key in (spec.name, *spec.aliases):
             index.setdefault(normalise(key), spec)
     return index
+
+
+@functools.lru_cache(maxsize=1)
+def _standins() -> dict[str, tuple[str, str]]:
+    """data/gpu_standins.csv: a GPU whose vendor publishes no peaks -> (the GPU whose peaks price it, why)."""
+    path = resources.files("fasttrain") / "data" / "gpu_standins.csv"
+    with path.open(encoding="utf-8") as fh:
+        return {r["gpu"]: (r["peaks_from"], r["source"]) for r in csv.DictReader(fh)}
+
+
+def standin_name(name: str) -> str:
+    """The GPU whose peaks price `name` (data/gpu_standins.csv), or ""."""
+    return _standins().get(name, ("", ""))[0]
+
+
+def with_standin_peaks(spec: GpuSpec) -> tuple[GpuSpec, str | None]:
+    """A GPU without published peaks priced with a named relative's (its own memory and bandwidth kept), and
+    the note that says so; the spec unchanged and None when it has its own peaks or no stand-in is listed."""
+    own = (spec.fp16_tensor_tflops, spec.fp32_tflops, spec.tf32_tflops)
+    standin = _standins().get(spec.name)
+    if all(v is not None for v in own) or standin is None:
+        return spec, None
+    other = find_gpu(standin[0])
+    if other is None:
+        return spec, None
+    merged = replace(spec, fp16_tensor_tflops=spec.fp16_tensor_tflops or other.fp16_tensor_tflops,
+                     fp32_tflops=spec.fp32_tflops or other.fp32_tflops,
+                     tf32_tflops=spec.tf32_tflops or other.tf32_tflops)
+    return merged, f"peaks of the {other.name} stand in for the {spec.name}'s unpublished ones ({standin[1]})"
 
 
 def gpu_names() -> list[str]:
