@@ -145,6 +145,7 @@ def test_trial_stays_in_its_cap_writes_findings_and_caches(cli, tmp_path: Path,
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setitem(decide.HARD_CAP_S, "cpu", 0.0)   # no room for any candidate beyond the plan itself
     monkeypatch.setattr(decide, "MIN_STEPS", 1)         # a 6-step run is worth a trial here
+    monkeypatch.setattr(decide, "unaffordable", lambda *a: None)  # and the forecast does not call it off first
     res = _train(cli, tmp_path)
     assert res.code == 0, res.err
     found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
@@ -201,3 +202,42 @@ def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, mon
     # the user's own count is the user's: the measurement does not replace it
     own = json.loads(cli(*train, "--set", "loader.num_workers=0").out)["plan"]
     assert own["workers"] == 0 and "bench loader" not in own["workers_reason"]
+
+
+# -- compute threads decided by the run's first steps (train/thread_ab.py) ------------------------------------
+def test_the_ab_schedule_warms_then_alternates() -> None:
+    from fasttrain.tuning import decide
+    assert decide.ab_schedule([2, 1], warm=2, per_arm=3) == [2, 2, 2, 1, 2, 1, 2, 1]
+
+
+def test_pick_threads_takes_the_faster_median_beyond_the_noise() -> None:
+    from fasttrain.tuning import decide
+    # Recorded on the 2-core VM: shapes at 64 px, resnet18, 1 loader worker (seconds per step).
+    two, one = [0.262, 0.251, 0.255, 0.9], [0.371, 0.366, 0.380, 0.375]
+    best, ratio = decide.pick_threads({2: two, 1: one}, current=2)
+    assert best == 2 and ratio == pytest.approx(0.375 / 0.262)
+    # Within the 4% margin the current count stays, even when the other median is a hair lower.
+    assert decide.pick_threads({2: [0.300, 0.301, 0.302], 1: [0.295, 0.296, 0.297]}, current=2)[0] == 2
+    assert decide.pick_threads({}, current=1) == (1, 1.0)
+
+
+def test_thread_ab_times_real_steps_and_keeps_the_winner() -> None:
+    from fasttrain.train.thread_ab import ThreadAB
+    per_step = {2: 0.25, 1: 0.40}          # what a step takes at each thread count on the fake clock
+    now, threads, results = [0.0], [0], []
+    ab = ThreadAB([2, 1], set_threads=lambda t: threads.__setitem__(0, t),
+                  on_done=lambda best, ratio, samples: results.append((best, ratio, samples)), clock=lambda: now[0])
+    for i in range(20):
+        ab(i)
+        now[0] += per_step[threads[0]]
+    best, ratio, samples = results[0]
+    assert best == 2 and threads[0] == 2 and ratio == pytest.approx(1.6)
+    assert samples[2] == pytest.approx([0.25] * 4) and samples[1] == pytest.approx([0.40] * 4)  # no warm-up steps
+    assert len(results) == 1 and ab.done
+
+
+def test_a_trial_that_cannot_afford_two_candidates_is_skipped() -> None:
+    from fasttrain.tuning import decide
+    # 84 steps of 0.38 s (one epoch of the shapes set at 64 px): 5% is 1.6 s, two candidates cost ~2.7 s.
+    assert "too short to repay a trial" in decide.unaffordable(0.38, 84, "cpu", 3)
+    assert decide.unaffordable(0.38, 84 * 12, "cpu", 3) is None      # 12 epochs: 19 s budget

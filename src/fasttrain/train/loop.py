@@ -65,6 +65,7 @@ class Trainer:
         self.reporter = StepReporter(self.io.telemetry, self.listeners, self.io.bad_files)
         self.device = torch.device(plan.device)
         self.log_interval_s = log_interval_s
+        self.step_hook: Callable[[int], None] | None = None
         self.extra_state = extra_state       # (loader batches done in this pass) -> more checkpoint content
         self.on_nan = on_nan
         self.stop = stop
@@ -162,6 +163,8 @@ class Trainer:
         pending: list[PendingStep] = []
         last_log = time.perf_counter()
         for i in range(first, n):
+            if self.step_hook is not None:  # e.g. train/thread_ab.py: compute threads decided by the first steps
+                self.step_hook(i)
             t0 = time.perf_counter()
             try:
                 batch = next(it)

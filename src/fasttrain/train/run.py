@@ -14,7 +14,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class _Run:
     telemetry: Any              # telemetry.recorder.Telemetry on rank 0, else None
     forecast: dict[str, Any] | None
     started: float              # perf_counter() when training was about to start
+    tuning: dict[str, Any] = field(default_factory=dict)  # the tuning trial's findings (train/tune.py)
 
 
 def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) -> dict[str, Any]:
@@ -68,9 +69,13 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     from fasttrain.telemetry.recorder import Telemetry
 
     tuning: dict[str, Any] = {}
+    shown = not (prep.args.quiet or not prep.is_main)
+    tuned = dist is None and not prep.args.no_tune and not getattr(prep, "tuning", None)
+    # The forecast is shown beside the run, and its step time tells the trial whether it can afford anything.
+    forecast = forecast_for_run(prep) if (shown or tuned) and prep.bundle.kind != "custom" else None
     if dist is None:  # before the seed: the trial's models do not move the run's random numbers
         from fasttrain.train.tune import tune_prepared
-        prep, tuning = tune_prepared(prep)
+        prep, tuning = tune_prepared(prep, (forecast or {}).get("step_time_s"))
     args, plan, main = prep.args, prep.plan, prep.is_main
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
     stream = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
@@ -86,8 +91,8 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     run = _Run(prep, train_loader, val_loader, epoch_sampler, batches, dist, run_dir,
                runlog=_open_runlog(prep, run_dir) if main else None,
                telemetry=Telemetry(plan.device) if main else None,
-               forecast=forecast_for_run(prep) if not quiet and prep.bundle.kind != "custom" else None,
-               started=time.perf_counter())
+               forecast=forecast if shown else None,
+               started=time.perf_counter(), tuning=tuning)
     epochs = prep.resolved.profile.optim.epochs
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
@@ -205,6 +210,9 @@ def _train(run: _Run, model: Any, listener: TrainListener) -> dict[str, Any]:
     resume_cmd = resume_command(run.run_dir, profile.world.nodes, profile.world.gpus_per_node)
     stop = GracefulStop()
     trainer = _make_trainer(run, model, listener, stop)
+    if run.dist is None:
+        from fasttrain.train import thread_ab
+        thread_ab.attach(trainer, prep, run.tuning, listener.on_message)
     interrupted: Any = None
     from fasttrain.train import early_stop
     early_stop.disarm()  # from here the GracefulStop handles signals: finish the step, save, say how to resume

@@ -239,7 +239,7 @@ def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]
     return plan, findings
 
 
-def tune_prepared(prep: Any) -> tuple[Any, dict[str, Any]]:
+def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any, dict[str, Any]]:
     """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
     there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
     if getattr(prep, "tuning", None):
@@ -250,6 +250,9 @@ def tune_prepared(prep: Any) -> tuple[Any, dict[str, Any]]:
                                 distributed=prep.world is not None or prep.plan.world_size > 1)
     if reason is None and prep.bundle.kind == "custom":
         reason = "a custom dataset's samples are not images the trial can make"
+    if reason is None and forecast_step_s:
+        reason = decide.unaffordable(forecast_step_s, steps, prep.plan.device, sum(STEPS.get(
+            prep.plan.device, STEPS["cpu"])))
     if reason is not None:
         return prep, {"skipped": reason}
     before = prep.plan
@@ -266,8 +269,10 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
         return "not measured yet: the run times the candidate settings first (a few % of the run, capped)"
     if "skipped" in findings:
         return f"skipped: {findings['skipped']}"
+    skipped = "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", [])) \
+        if findings.get("skipped") else ""
     spent = findings.get("spent_s", (findings.get("trial") or {}).get("spent_s"))
     when = findings.get("date", (findings.get("trial") or {}).get("date", "?"))
     cached = " (cached: no trial this run)" if findings.get("cached") else ""
     return f"measured {when} in {spent} s{cached}: " + ", ".join(
-        f"{k}={v}" for k, v in (findings.get("choice") or {}).items())
+        f"{k}={v}" for k, v in (findings.get("choice") or {}).items()) + skipped

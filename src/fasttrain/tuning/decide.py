@@ -41,6 +41,18 @@ def skip_reason(planned_steps: int, *, no_tune: bool, cached: bool, distributed:
     return None
 
 
+def unaffordable(forecast_step_s: float, planned_steps: int, device: str, steps_per_candidate: int) -> str | None:
+    """Why a trial is not worth starting, from the forecast step time: timing the plan alone (its warm-up and
+    timed steps, plus a fresh model, ~20% more) would take more than the whole budget -> the reason, else None.
+    Pure."""
+    budget = trial_budget_s(forecast_step_s, planned_steps, device)
+    one = steps_per_candidate * forecast_step_s * 1.2
+    if one * 2 > budget:  # the plan and at least one candidate, or nothing is learnt
+        return (f"the run is too short to repay a trial (two candidates ~{2 * one:.1f} s, the budget is "
+                f"{TRIAL_FRACTION:.0%} of a ~{forecast_step_s * planned_steps:.0f} s run)")
+    return None
+
+
 def affordable(spent_s: float, next_cost_s: float, budget_s: float) -> bool:
     """Whether one more candidate, expected to cost next_cost_s, still fits the budget. Pure."""
     return spent_s + next_cost_s <= budget_s
@@ -91,3 +103,28 @@ def worker_options(asked: int, cores: int) -> list[int]:
     """The worker counts worth timing: none, the profile's, and one; never all the cores (compute needs one). Pure."""
     top = max(0, cores - 1)
     return sorted({0, min(1, top), min(asked, top)})
+
+
+# Online A/B of compute threads over a run's first real steps (train/thread_ab.py): the steps train, so the
+# measurement costs no extra work. WARM steps first (the loader's workers start, oneDNN picks its kernels), then
+# the arms alternate step by step, PER_ARM steps each: alternating keeps a drift of the machine's load out of the
+# comparison, and the median of each arm ignores a step that met a slow batch.
+AB_WARM_STEPS = 2
+AB_PER_ARM = 4
+
+
+def ab_schedule(arms: list[int], warm: int = AB_WARM_STEPS, per_arm: int = AB_PER_ARM) -> list[int]:
+    """Thread count for each of the first steps: warm-up at the first arm, then the arms in turn. Pure."""
+    return [arms[0]] * warm + [arms[k % len(arms)] for k in range(per_arm * len(arms))]
+
+
+def pick_threads(samples: dict[int, list[float]], current: int, margin: float = KEEP_MARGIN) -> tuple[int, float]:
+    """The thread count whose median step time is lowest, kept over `current` only when it is faster by more
+    than the noise margin -> (threads, how many times faster it is than the slowest arm). Pure."""
+    medians = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
+    if not medians:
+        return current, 1.0
+    best = min(medians, key=lambda t: (medians[t], t))
+    if current in medians and not better(medians[current], medians[best], margin):
+        best = current
+    return best, max(medians.values()) / medians[best]

@@ -1,0 +1,98 @@
+"""Compute threads against loader workers on the CPU, decided by the run's own first steps.
+
+With loader workers on a CPU, torch's compute threads either take every core (the workers then share cores with
+them) or leave a core per worker. Which is faster depends on how much CPU the loading takes: on the built-in
+images a worker is idle most of the time and every core should compute; on large JPEGs a worker needs its
+core. The tuning trial times compute on random tensors, so it cannot see this contention, and a short run cannot
+afford a separate trial of each split. So the run's first real steps alternate the two thread counts
+(tuning/decide.ab_schedule), each step timed from one batch request to the next (data wait included), and the
+faster median wins for the rest of the run (tuning/decide.pick_threads). The steps train as usual: the
+measurement costs only the slower arm's extra time on a handful of steps. Thread counts change with
+torch.set_num_threads, which takes effect at the next parallel region.
+"""
+from __future__ import annotations
+
+import time
+from datetime import date
+from typing import Any, Callable
+
+from fasttrain.tuning import decide
+
+
+class ThreadAB:
+    """A Trainer step hook: call it with the batch index before each step."""
+
+    def __init__(self, arms: list[int], set_threads: Callable[[int], None],
+                 on_done: Callable[[int, float, dict[int, list[float]]], None], clock: Callable[[], float] = time.perf_counter):
+        self.schedule = decide.ab_schedule(arms)
+        self.arms, self.set_threads, self.on_done, self.clock = arms, set_threads, on_done, clock
+        self.samples: dict[int, list[float]] = {a: [] for a in arms}
+        self.step = 0
+        self.started: float | None = None
+        self.done = False
+
+    def __call__(self, batch_index: int) -> None:
+        if self.done:
+            return
+        now = self.clock()
+        if self.started is not None and self.step > decide.AB_WARM_STEPS:  # the step that just ended was timed
+            self.samples[self.schedule[self.step - 1]].append(now - self.started)
+        if self.step == len(self.schedule):
+            self.done = True
+            best, ratio = decide.pick_threads(self.samples, current=self.arms[0])
+            self.set_threads(best)
+            self.on_done(best, ratio, self.samples)
+            return
+        self.set_threads(self.schedule[self.step])
+        self.step += 1
+        self.started = now
+
+
+def arms_for(plan: Any, cores: int) -> list[int]:
+    """Every core, then every core but one per worker: the two splits worth comparing. Pure."""
+    return sorted({cores, max(1, cores - plan.workers)}, reverse=True)
+
+
+def wanted(plan: Any, prep: Any, tuning: dict[str, Any], env: dict[str, str]) -> bool:
+    """On the CPU, with loader workers, when the user left workers and threads open and nothing measured the
+    split yet (a trial that timed it, or a cached choice)."""
+    measured = any(row.get("candidate") == "load one batch (0 workers)" for row in tuning.get("candidates", []))
+    return (plan.device == "cpu" and plan.workers > 0 and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
+            and not getattr(prep.args, "no_tune", False) and not tuning.get("cached") and not measured
+            and prep.resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default")))
+
+
+def attach(trainer: Any, prep: Any, tuning: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Give the trainer the A/B step hook when wanted; its result goes to the dashboard and the measurement cache
+    (doctor, bench and the next run's plan read it there)."""
+    import os
+
+    import torch
+
+    plan, cores = prep.plan, prep.report.cores
+    if not wanted(plan, prep, tuning, dict(os.environ)):
+        return
+    arms = arms_for(plan, cores)
+    if len(arms) < 2:
+        return
+
+    def done(best: int, ratio: float, samples: dict[int, list[float]]) -> None:
+        other = [a for a in arms if a != best][0]
+        say(f"tuning: {best} compute threads with {plan.workers} loader worker(s): {ratio:.2f}x the speed of "
+            f"{other} over the first steps (median of {len(samples[best])} steps each)")
+        _record(prep, best, other, ratio)
+
+    trainer.step_hook = ThreadAB(arms, torch.set_num_threads, done)
+
+
+def _record(prep: Any, best: int, other: int, ratio: float) -> None:
+    from fasttrain.train.tune import trial_key
+    from fasttrain.tuning.store import Measurement, lookup, record
+    try:
+        key = trial_key(prep)
+        choice = dict((lookup(key) or {}).get("choice") or {})
+        choice.update(workers=prep.plan.workers, cpu_threads=best)
+        record(key, measurements=[Measurement("threads", best, round(ratio, 3), "train (first steps)",
+                                              date.today().isoformat(), f"vs {other} threads")], choice=choice)
+    except Exception:  # noqa: BLE001 - a cache that cannot be written costs the next run this A/B, nothing more
+        pass
