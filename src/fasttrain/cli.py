@@ -95,6 +95,7 @@ def _register() -> None:
     from fasttrain.commands import estimate; estimate.register(app)  # noqa: E702
     from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
     from fasttrain.commands import bench; bench.register(app)  # noqa: E702
+    from fasttrain.commands import data; data.register(app)  # noqa: E702
 
 
 _register()
