@@ -74,7 +74,7 @@ class FastTransform:
         self.first = steps[0]
         if not isinstance(self.first, (v2.RandomResizedCrop, v2.Resize)):
             raise ValueError(f"the fast path needs RandomResizedCrop or Resize first, not {type(self.first).__name__}")
-        self.rest = v2.Compose([s for s in steps[1:] if not isinstance(s, v2.PILToTensor)])
+        self.rest = v2.Compose(fuse_normalise([s for s in steps[1:] if not isinstance(s, v2.PILToTensor)]))
 
     def __call__(self, data: bytes) -> Any:
         from torchvision.transforms import v2
@@ -94,6 +94,35 @@ class FastTransform:
             image, _ = decode(data, reduce=min(size) / short)
             image = F.resize(image, [short], antialias=True)
         return self.rest(image)
+
+
+def fuse_normalise(steps: list[Any]) -> list[Any]:
+    """ToDtype(float32, scale=True) then Normalize(mean, std) -> one step computing (x - 255 mean) / (255 std) on
+    the uint8 values: the same numbers (to float rounding) in one pass fewer over the image."""
+    import torch
+    from torchvision.transforms import v2
+
+    out: list[Any] = []
+    for step in steps:
+        if (isinstance(step, v2.Normalize) and out and isinstance(out[-1], v2.ToDtype) and out[-1].scale
+                and out[-1].dtype in (torch.float32, {torch.Tensor: torch.float32})):
+            out[-1] = ScaledNormalise(step.mean, step.std)
+        else:
+            out.append(step)
+    return out
+
+
+class ScaledNormalise:
+    def __init__(self, mean: Any, std: Any):
+        import torch
+
+        self.mean = torch.tensor([255.0 * m for m in mean]).view(-1, 1, 1)
+        self.inv_std = torch.tensor([1.0 / (255.0 * s) for s in std]).view(-1, 1, 1)
+
+    def __call__(self, image: Any) -> Any:
+        import torch
+
+        return image.to(torch.float32).sub_(self.mean.to(image.device)).mul_(self.inv_std.to(image.device))
 
 
 def _sized(size: tuple[int, int]) -> Any:

@@ -7,10 +7,10 @@ network file system. Writing goes through webdataset's TarWriter.
 Steps: gather the split exactly as `train --seed 0` sees the folder (datasets/image_folder.find_splits), cut
 each split into shards of `shard_size` images, and hand the shards to a process pool. Each worker decodes
 (JPEGs at reduced DCT size where that still leaves the short side above the target), resizes so the short side
-is `scale` x image_size (never up), re-encodes (JPEG q90; PNG for lossless sources; JPEGs already small enough
-keep their bytes), writes <name>.tar.<pid>.tmp and renames it when complete, then records the shard's count,
-sha256 and unreadable files in .prepare/<name>.json. A rerun skips shards that have both; the manifest is
-written last. DST holding another data set (a different plan) is refused.
+is `scale` x image_size (never up), re-encodes (JPEG q90, PNG for lossless sources; small JPEGs too, which drops
+their metadata and progressive coding, cheaper to decode), writes <name>.tar.<pid>.tmp and renames it when
+complete, then records the shard's count, sha256 and unreadable files in .prepare/<name>.json. A rerun skips
+shards that have both; the manifest is written last. DST holding another data set (a different plan) is refused.
 """
 from __future__ import annotations
 
@@ -73,9 +73,16 @@ def short_side_for(image_size: int, scale: float) -> int:
 
 
 def make_plan(src: Path, image_size: int, scale: float, shard_size: int) -> PreparePlan:
+    """The jobs for SRC: its split as `train --seed 0` sees it, cut into shards."""
     from fasttrain.datasets.image_folder import find_splits
 
     classes, train, val = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
+    return plan_from_splits(src, classes, train, val, image_size=image_size, scale=scale, shard_size=shard_size)
+
+
+def plan_from_splits(src: Path, classes: list[str], train: list[tuple[str, int]], val: list[tuple[str, int]], *,
+                     image_size: int, scale: float, shard_size: int) -> PreparePlan:
+    """The jobs for given (path, class) lists; the fingerprint covers the settings and every file's size and mtime."""
     short = short_side_for(image_size, scale)
     jobs: list[Job] = []
     for split, samples in (("train", train), ("val", val)):
@@ -128,10 +135,6 @@ def encode_one(path: str, short_side: int) -> tuple[bytes, str]:
 
     with Image.open(path) as img:
         fmt, (w, h) = img.format, img.size
-        if fmt == "JPEG" and min(w, h) <= short_side and img.mode in ("RGB", "L"):
-            img.load()  # decodes: a truncated file fails here, not in training
-            with open(path, "rb") as fh:
-                return fh.read(), "jpg"
         if fmt == "JPEG" and min(w, h) >= 2 * short_side:
             img.draft("RGB", (math.ceil(w * short_side / min(w, h)), math.ceil(h * short_side / min(w, h))))
         rgb = img.convert("RGB")
@@ -200,7 +203,13 @@ def prepare(src: Path, dst: Path, *, image_size: int, scale: float = 1.15, shard
     """Prepare SRC into DST (see the module docstring). Raises KeyboardInterrupt on SIGINT/SIGTERM after
     stopping the workers; finished shards stay and a rerun resumes."""
     started = time.perf_counter()
-    plan = make_plan(src, image_size, scale, shard_size)
+    return run_plan(make_plan(src, image_size, scale, shard_size), dst, workers=workers, progress=progress,
+                    started=started)
+
+
+def run_plan(plan: PreparePlan, dst: Path, *, workers: int | None = None, progress: ProgressFn | None = None,
+             started: float | None = None) -> Outcome:
+    started = time.perf_counter() if started is None else started
     state = check_destination(dst, plan)
     if state == "done":
         from fasttrain.datasets.shards import load_manifest
