@@ -134,8 +134,9 @@ def rule_data_disk(c: Context) -> Finding | None:
     need = f"the run needs {target:,.0f} images/s ({target * avg / 1e6:,.1f} MB/s) [{c.target_source}]"
     if disk.files_per_s >= target:
         return Finding("data-disk", "ok", "the data disk keeps up", f"{speed}; {need}")
-    fix = ("copy the data set to local NVMe or /dev/shm, or pack it into large shards (WebDataset/tar); "
-           "more loader.num_workers help on network storage")
+    fix = ("pack it into resized WebDataset shards with `fasttrain data prepare DIR --out DST` (few large files, "
+           "small images; `fasttrain bench loader --data DIR` measures the gain), or copy it to local NVMe or "
+           "/dev/shm; more loader.num_workers help on network storage")
     if disk.files_per_s * readers < target:
         return Finding("data-disk", "fail", "the data disk is too slow to feed the run",
                        f"{speed}; {need}: even {readers} reader{'s' if readers > 1 else ''} at this rate give "
