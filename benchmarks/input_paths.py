@@ -59,7 +59,7 @@ def datasets(src: Path, work: Path, size: int) -> dict[str, object]:
 
     classes, files = scan_tree(src)
     samples = [(p, i) for i, c in enumerate(classes) for p in files[c]]
-    dst = work / f"shards-{size}"
+    dst = work / f"shards-{src.name}-{size}"
     run_plan(plan_from_splits(src, classes, samples, [], image_size=size, scale=1.15, shard_size=64), dst)
     transform = train_transform(AugmentSpec(), size)
     shards = ShardImages(dst, load_manifest(dst)["splits"]["train"]["shards"], transform)
