@@ -112,7 +112,7 @@ def test_fast_path_agrees_with_the_pil_path(tmp_path: Path) -> None:
     import torch
 
     from fasttrain.datasets.build import ImageFiles
-    from fasttrain.datasets.fast_decode import FastImageFiles
+    from fasttrain.datasets.fast_decode import FastImageFiles, normalise_batch
     from fasttrain.datasets.transforms import train_transform, val_transform
     from fasttrain.profiles.schema import AugmentSpec
 
@@ -123,14 +123,35 @@ def test_fast_path_agrees_with_the_pil_path(tmp_path: Path) -> None:
         pil, fast = ImageFiles(samples, transform), FastImageFiles(samples, transform)
         a = torch.stack([pil[(s, i)][0] for i in range(len(samples)) for s in (1, 2)])
         b = torch.stack([fast[(s, i)][0] for i in range(len(samples)) for s in (1, 2)])
+        assert b.dtype == torch.uint8  # normalisation is left to the training device
+        b = normalise_batch(b)
         assert a.shape == b.shape
         assert torch.allclose(a.mean(dim=(0, 2, 3)), b.mean(dim=(0, 2, 3)), atol=0.05)
         assert torch.allclose(a.std(dim=(0, 2, 3)), b.std(dim=(0, 2, 3)), rtol=0.1)
         per_a, per_b = a.mean(dim=(1, 2, 3)), b.mean(dim=(1, 2, 3))
         assert torch.corrcoef(torch.stack([per_a, per_b]))[0, 1] > 0.95
     full = train_transform(AugmentSpec(random_resized_crop_scale=(0.9, 1.0)), 64)
-    x, y = ImageFiles(samples, full)[(3, 0)][0], FastImageFiles(samples, full)[(3, 0)][0]
+    x, y = ImageFiles(samples, full)[(3, 0)][0], normalise_batch(FastImageFiles(samples, full)[(3, 0)][0])
     assert (x - y).abs().mean() < 0.05
+
+
+def test_training_step_normalises_uint8_batches_like_the_transform() -> None:
+    """The fast paths hand over uint8; StepEngine.to_device must give the numbers ToDtype + Normalize give."""
+    from types import SimpleNamespace
+
+    import torch
+    from torchvision.transforms import v2
+
+    from fasttrain.datasets.transforms import MEAN, STD
+    from fasttrain.train.step import StepEngine
+
+    images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    engine = SimpleNamespace(channels_last=True, device=torch.device("cpu"), non_blocking=False)
+    got, targets = StepEngine.to_device(engine, images, torch.tensor([0, 1]))
+    want = v2.Normalize(MEAN, STD)(v2.ToDtype(torch.float32, scale=True)(images))
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)
+    floats = torch.randn(2, 3, 8, 8)  # batches normalised in the workers pass unchanged
+    assert torch.equal(StepEngine.to_device(engine, floats, targets)[0], floats)
 
 
 def test_corrupt_jpeg_is_a_bad_sample_on_the_fast_path(tmp_path: Path) -> None:
@@ -148,7 +169,7 @@ def test_corrupt_jpeg_is_a_bad_sample_on_the_fast_path(tmp_path: Path) -> None:
 def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
     import torch
 
-    from fasttrain.datasets.fast_decode import FastImageFiles
+    from fasttrain.datasets.fast_decode import FastImageFiles, normalise_batch
     from fasttrain.datasets.gpu_decode import GpuDecoder, collate_bytes
     from fasttrain.datasets.transforms import val_transform
 
@@ -157,6 +178,7 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
     raw = FastImageFiles(samples, None)
     data, targets, bad = collate_bytes([raw[i] for i in range(len(raw))])
     gpu = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
-    cpu = torch.stack([FastImageFiles(samples, val_transform(32))[i][0] for i in range(len(samples))])
+    cpu = normalise_batch(torch.stack([FastImageFiles(samples, val_transform(32))[i][0]
+                                       for i in range(len(samples))]))
     assert gpu.shape == cpu.shape and gpu.is_cuda and not bad
     assert (gpu.cpu() - cpu).abs().mean() < 0.05

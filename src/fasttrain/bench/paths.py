@@ -11,7 +11,8 @@ Paths, on the same sample of training files, with the same batch, image size and
 Each path runs the same number of worker processes; rounds interleave the paths (rotating order) and the figures
 are medians. Per core = images per CPU-second spent by the main process and its workers together after the first batch
 (psutil's CPU times of the live processes), so a path that saves CPU shows it even on a machine shared with
-other work.
+other work; the same rule for every path. Paths that hand over uint8 batches (normalisation left to the
+training device) are normalised here in the main process, on the CPU, so that work is counted too.
 """
 from __future__ import annotations
 
@@ -106,11 +107,15 @@ def measure_path(name: str, dataset: Any, *, batch_size: int, workers: int, imag
 def _timed(it: Any, gpu: Any, max_seconds: float, images: int) -> tuple[int, float, float]:
     """Consume the loader; the first batch is start-up (worker fork, imports) and outside both the wall clock and
     the CPU count: -> (images after the first batch, CPU seconds then, time then)."""
+    from fasttrain.datasets.fast_decode import normalise_batch
+
     def use(batch: Any) -> int:
         data, targets, _bad = batch
         if gpu is not None:
             out = gpu(data, None)
             out.sum().item()  # wait for the device
+        else:  # uint8 batches: the normalisation training does in to_device, here on the CPU and counted
+            normalise_batch(data)
         return int(targets.shape[0])
 
     use(next(it))
