@@ -88,13 +88,19 @@ def test_rerun_resumes_and_a_different_set_is_refused(cli, tmp_path: Path) -> No
     assert r.code == 2 and "not empty" in r.err
 
 
-def test_training_and_bench_loader_take_a_prepared_set(cli, tmp_path: Path) -> None:
+def test_bench_loader_estimate_and_doctor_take_a_prepared_set(cli, tmp_path: Path, monkeypatch) -> None:
+    """bench loader compares the paths and saves the factors; estimate and doctor --data read the prepared set,
+    and doctor quotes the factor bench loader measured on the source folder."""
+    monkeypatch.chdir(tmp_path)
     src = write_jpegs(tmp_path / "src", {"a": 12, "b": 12})
-    assert cli("data", "prepare", str(src), "--out", str(tmp_path / "dst"), "--image-size", "16",
-               "--workers", "1").code == 0
+    dst = tmp_path / "dst"
+    assert cli("data", "prepare", str(src), "--out", str(dst), "--image-size", "16", "--workers", "1").code == 0
+    r = cli("doctor", "--data", str(src), "--json")  # nothing measured yet: says so and how to measure it
+    found = {f["id"]: f for f in json.loads(r.out)["findings"]}
+    assert "unmeasured" in found["input-path"]["detail"] and "bench loader --data" in found["input-path"]["detail"]
     r = cli("bench", "loader", "--data", str(src), "--image-size", "16", "--batch-size", "4", "--max-workers", "0",
             "--rounds", "1", "--batches", "2", "--max-seconds", "0.3", "--model", "none", "--compare-images", "16",
-            "--shards", str(tmp_path / "dst"), "--json", "--out", str(tmp_path / "bench"))
+            "--shards", str(dst), "--json", "--out", str(tmp_path / "runs" / "bench-loader-20261124-000000"))
     assert r.code == 0, r.err
     paths = {p["name"]: p for p in json.loads(r.out)["paths"]}
     assert {"torchvision", "fast-decode", "shards", "gpu-decode"} <= set(paths)
@@ -102,8 +108,29 @@ def test_training_and_bench_loader_take_a_prepared_set(cli, tmp_path: Path) -> N
     assert all(paths[n]["images_per_s"] > 0 and paths[n]["images_per_s_per_core"] > 0
                for n in ("torchvision", "fast-decode", "shards"))
     assert paths["gpu-decode"]["status"] == "not applicable" and "CUDA" in paths["gpu-decode"]["reason"]
+    r = cli("doctor", "--data", str(src), "--json")
+    found = {f["id"]: f for f in json.loads(r.out)["findings"]}
+    assert f"prepared shards fed {paths['shards']['per_core_vs_torchvision']:.1f}x" in found["input-path"]["detail"]
+    r = cli("doctor", "--data", str(dst), "--json")
+    found = {f["id"]: f for f in json.loads(r.out)["findings"]}
+    assert "prepared shard set" in found["input-path"]["title"]
+    assert "24 images in" in found["input-path"]["detail"] and "images/s from shards" in found["data-disk"]["detail"]
+    r = cli("estimate", "--data", str(dst), "-m", "tiny_cnn", "--set", "loader.batch_size=8", "--json")
+    assert r.code == 0, r.err
+    assert "prepared shards" in r.out and "22 training images" in r.out
     r = cli("data", "prepare", str(src), "--out", str(src / "inner"))
     assert r.code == 2 and "inside SRC" in r.err
+
+
+def test_input_bound_verdict_names_the_measured_factor() -> None:
+    from fasttrain.datasets.measured import gain_sentence
+    from fasttrain.telemetry.verdict import _cheaper
+
+    measured = gain_sentence({"shards": 2.94, "date": "2026-11-24"}, "/d")
+    assert measured.startswith("prepared shards fed 2.9x") and "(bench loader, 2026-11-24)" in measured
+    assert measured in _cheaper(measured) and "fasttrain data prepare DIR --out DST" in _cheaper(measured)
+    assert "unmeasured: `fasttrain bench loader --data /d`" in gain_sentence(None, "/d")
+    assert "already reads prepared shards" in _cheaper("")
 
 
 def test_fast_path_agrees_with_the_pil_path(tmp_path: Path) -> None:

@@ -47,12 +47,16 @@ class Verdict:
     cores_allow_workers: int | None = None
 
 
-def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> str:
+def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
+             input_gain: str | None = None) -> str:
     """The verdict as one sentence, e.g. 'input-bound: 61% of each step waits for data; raise ...'."""
-    return assess(snapshot, plan, report).text
+    return assess(snapshot, plan, report, input_gain).text
 
 
-def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None) -> Verdict:
+def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
+           input_gain: str | None = None) -> Verdict:
+    """input_gain: what prepared shards measured on this data (datasets/measured.gain_sentence), "" when the run
+    already reads prepared shards, None when unknown."""
     seen = snapshot.get("steps_seen") or 0
     window = snapshot.get("window_steps") or 0
     wait = snapshot.get("data_wait_fraction")
@@ -64,7 +68,7 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
     util = snapshot.get("gpu_util_pct")
     low_util = util is not None and util < LOW_GPU_UTIL_PCT
     if wait >= INPUT_BOUND_FRACTION or (low_util and wait >= INPUT_BOUND_FRACTION_LOW_UTIL):
-        return _input_bound(wait, util, plan, report)
+        return _input_bound(wait, util, plan, report, input_gain)
     if h2d >= TRANSFER_BOUND_FRACTION:
         return _transfer_bound(h2d, plan)
     if low_util:
@@ -109,7 +113,18 @@ def cores_allow_workers(report: HardwareReport | None) -> int | None:
     return None if report is None else max(1, report.cores - 1)
 
 
-def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareReport | None) -> Verdict:
+def _cheaper(input_gain: str | None) -> str:
+    if input_gain == "":
+        return ("make each batch cheaper to load: it already reads prepared shards, so a smaller "
+                "loader.image_size, lighter augmentation, more cores or decoding on the GPU")
+    measured = input_gain or ("`fasttrain bench loader --data DIR` measures the factor they buy on these files")
+    return ("make each batch cheaper to load: pack the image folder once into resized shards with "
+            f"`fasttrain data prepare DIR --out DST` and train on --data DST ({measured}), or a smaller "
+            "loader.image_size, lighter augmentation, a faster disk")
+
+
+def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareReport | None,
+                 input_gain: str | None = None) -> Verdict:
     head = f"input-bound: {wait:.0%} of each step waits for data"
     if util is not None:
         head += f" (GPU busy {util:.0f}%)"
@@ -129,10 +144,7 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
         else:
             text += f", RAM allows {ram_text}"
         return Verdict("input-bound", f"{text} (--set loader.num_workers={suggest})", suggested_workers=suggest, **kw)
-    cheaper = ("make each batch cheaper to load: pack the image folder once into resized shards with "
-               "`fasttrain data prepare DIR --out DST` and train on --data DST (`fasttrain bench loader --data DIR` "
-               "measures the factor they buy on these files), or a smaller loader.image_size, lighter augmentation, "
-               "a faster disk")
+    cheaper = _cheaper(input_gain)
     if cores is not None and plan.workers >= cores:
         why = f"num_workers={plan.workers} already uses the {plural(report.cores, 'core') if report else '? cores'}"
     elif ram <= plan.workers:

@@ -145,6 +145,7 @@ class RunDisplay:
     quiet: bool                    # --quiet, or a rank other than 0: only errors and the summary
     plain: bool                    # --json: plain lines (progress on stderr), never the live screen
     data_kind: str = "images"      # DataBundle.kind: a display says img/s for images, samples/s otherwise
+    input_gain: str | None = None  # what prepared shards measured on this data, for the input-bound verdict
 
 
 # The command layer's display for a run: a context manager (entered around training) yielding a listener.
