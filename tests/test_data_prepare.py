@@ -209,3 +209,38 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
                                        for i in range(len(samples))]))
     assert gpu.shape == cpu.shape and gpu.is_cuda and not bad
     assert (gpu.cpu() - cpu).abs().mean() < 0.05
+
+
+def test_a_real_sigterm_mid_run_then_a_rerun_gives_the_uninterrupted_manifest(cli, tmp_path: Path) -> None:
+    """A real `fasttrain data prepare` child gets SIGTERM once its first shard is on disk: it stops (exit 130,
+    no manifest, finished shards kept); the same command again completes, and the manifest (checksum included)
+    equals that of a run never interrupted. (The reruns run in-process: only the interrupted one needs a child.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import child_env
+
+    src = write_jpegs(tmp_path / "src", {"a": 100, "b": 100}, size=(64, 48))
+    args = ["data", "prepare", str(src), "--image-size", "16", "--shard-size", "2", "--workers", "1", "--json",
+            "--out"]
+    dst = tmp_path / "dst"
+    child = subprocess.Popen([sys.executable, "-m", "fasttrain", *args, str(dst)], env=child_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(dst.glob("*-000000.tar")) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(child.pid, signal.SIGTERM)
+    _out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert "interrupted" in err and not (dst / "manifest.json").exists()
+    kept = len(list(dst.glob("*.tar")))
+    assert 1 <= kept < 100, sorted(p.name for p in dst.iterdir())  # stopped part-way, finished shards kept
+    again = cli(*args, str(dst))
+    assert again.code == 0, again.err
+    assert json.loads(again.out)["shards_resumed"] >= kept
+    assert cli(*args, str(tmp_path / "whole")).code == 0
+    a, b = (json.loads((d / "manifest.json").read_text()) for d in (dst, tmp_path / "whole"))
+    assert a["checksum"] == b["checksum"] and a["splits"] == b["splits"] and a["classes"] == b["classes"]

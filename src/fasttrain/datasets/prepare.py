@@ -33,6 +33,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.files import write_text_atomic
 from fasttrain.datasets.shards import FORMAT, MANIFEST, manifest_checksum
 
+SHARD_MTIME = 946684800.0            # 2000-01-01T00:00:00Z on every tar member (reproducible shards)
 STATE_DIR = ".prepare"
 JPEG_QUALITY = 90
 SPLIT_SEED, VAL_FRACTION = 0, 0.1   # train's defaults: the same validation files as `train --data SRC`
@@ -159,7 +160,9 @@ def write_shard(job: Job, dst: str, short_side: int) -> dict[str, Any]:
     tmp = final.with_name(f"{job.name}.{os.getpid()}.tmp")
     bad: list[list[str]] = []
     count = since = 0
-    with wds.TarWriter(str(tmp), encoder=False) as sink:
+    # A fixed member mtime: the same source gives byte-identical shards, so a resumed run's manifest and checksum
+    # equal an uninterrupted run's (webdataset would stamp the current time).
+    with wds.TarWriter(str(tmp), encoder=False, mtime=SHARD_MTIME) as sink:
         for key, path, label in job.items:
             try:
                 data, ext = encode_one(path, short_side)
@@ -174,13 +177,14 @@ def write_shard(job: Job, dst: str, short_side: int) -> dict[str, Any]:
                 since = 0
     if since and _progress_queue is not None:
         _progress_queue.put(since)
-    os.replace(tmp, final)
     digest = hashlib.sha256()
-    with open(final, "rb") as fh:
+    with open(tmp, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     part = {"name": job.name, "split": job.split, "count": count, "sha256": digest.hexdigest(), "bad": bad}
+    # The record first, then the rename: a shard under its final name is always a finished, recorded one.
     write_text_atomic(Path(dst) / STATE_DIR / f"{job.name}.json", json.dumps(part))
+    os.replace(tmp, final)
     return part
 
 
