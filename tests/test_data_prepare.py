@@ -244,3 +244,21 @@ def test_a_real_sigterm_mid_run_then_a_rerun_gives_the_uninterrupted_manifest(cl
     assert cli(*args, str(tmp_path / "whole")).code == 0
     a, b = (json.loads((d / "manifest.json").read_text()) for d in (dst, tmp_path / "whole"))
     assert a["checksum"] == b["checksum"] and a["splits"] == b["splits"] and a["classes"] == b["classes"]
+
+
+def test_jpeg_header_size_matches_pil(tmp_path: Path) -> None:
+    """The crop is drawn from header_size: it must read baseline, progressive and EXIF-carrying JPEGs as PIL does."""
+    import io
+
+    from fasttrain.datasets.fast_decode import header_size
+
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x010F] = "maker " * 40
+    for kw in ({}, {"progressive": True}, {"exif": exif.tobytes(), "quality": 70}):
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", **kw)
+        assert header_size(buf.getvalue()) == (37, 53)
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    assert header_size(buf.getvalue()) == (37, 53)
