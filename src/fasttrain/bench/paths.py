@@ -22,6 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 BASELINE = "torchvision"
+# Each timed pass runs until --max-seconds or this many passes over the sample: a fast path finishing one pass in
+# a fraction of a second would otherwise be timed over a few clock ticks of CPU time (10 ms each).
+TIMED_PASSES = 20
 LABELS = {"torchvision": "torchvision ImageFolder + PIL (baseline)", "fast-decode": "fast decode (libjpeg-turbo, "
           "reduced size, uint8 augment)", "shards": "prepared shards (fasttrain data prepare)",
           "gpu-decode": "GPU decode (nvJPEG, batched)"}
@@ -267,7 +270,8 @@ def compare_paths(bundle: Any, data: str, *, augment: Any, image_size: int, batc
             load_manifest(Path(shards))  # the one-line error
         runners = path_runners(sample=sample, shards=Path(shards) if shards else None, augment=augment,
                                image_size=image_size, batch_size=batch_size, workers=workers,
-                               images=len(sample) if sample else images, max_seconds=max_seconds, gpu_device=gpu)
+                               images=TIMED_PASSES * (len(sample) if sample else images), max_seconds=max_seconds,
+                               gpu_device=gpu)
         rows = combine(run_rounds(runners, rounds, progress))
     return {"paths": rows + skipped, "recommendation": recommend_path(rows, train_rate),
             "sample_images": len(sample) if sample else None, "workers": workers}
