@@ -70,7 +70,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="fasttrain",
     cls=_Group,
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train, bench.",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, bench.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
