@@ -70,7 +70,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="fasttrain",
     cls=_Group,
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, train, bench.",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, bench.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -95,6 +95,7 @@ def _register() -> None:
     from fasttrain.commands import estimate; estimate.register(app)  # noqa: E702
     from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
     from fasttrain.commands import bench; bench.register(app)  # noqa: E702
+    from fasttrain.commands import data; data.register(app)  # noqa: E702
 
 
 _register()

@@ -106,12 +106,35 @@ def render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: 
         out.print(f"recorded for doctor and for train's plan ({result['image_size']} px, batch "
                   f"{result['batch_size']}): {result['advice']['text']}{kept}")
     out.print(result["training"]["message"])
+    if result.get("paths"):
+        render_paths(result, out)
     if result.get("batch_message"):
         out.print(result["batch_message"])
     if result.get("profile_written"):
         out.print(f"profile written: {result['profile_written']} (use: fasttrain train --profile "
                   f"{result['profile_written']})")
     out.print(f"result: {path}")
+
+
+def render_paths(result: dict[str, Any], out: Any) -> None:
+    """The input paths compared on a sample of the files: images/s, per core, vs the torchvision baseline, RAM."""
+    from rich.table import Table
+
+    table = Table(title=f"input paths on {result['paths_sample_images'] or '?'} sampled files, "
+                        f"{result['paths_workers']} workers; median of {result['rounds']} interleaved rounds",
+                  title_justify="left")
+    for col, justify in (("path", "left"), ("images/s", "right"), ("per core", "right"),
+                         ("per core vs torchvision", "right"), ("RAM (PSS)", "right")):
+        table.add_column(col, justify=justify)
+    for r in result["paths"]:
+        if r["status"] != "measured":
+            table.add_row(r["name"], "-", "-", "", r["reason"])
+            continue
+        ratio = r.get("per_core_vs_torchvision")
+        table.add_row(r.get("label", r["name"]), f"{r['images_per_s']:.0f}", f"{r['images_per_s_per_core']:.0f}",
+                      f"{ratio:.2f}x" if ratio else "-", fmt_bytes(r["ram_bytes"]))
+    out.print(table)
+    out.print(result["paths_recommendation"])
 
 
 def _compare_cell(d: Any) -> str:

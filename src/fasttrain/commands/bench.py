@@ -219,6 +219,14 @@ def loader_cmd(
     max_seconds: float = typer.Option(2.5, "--max-seconds", min=0.1, help="Time cap per setting per round."),
     model: str = options.model_option("tiny_cnn", help="Model whose training rate the loader must keep up with; "
                                                        "none to skip that check."),
+    paths: bool = typer.Option(True, "--paths/--no-paths", help="Also compare input paths on a sample of the files: "
+                                                                 "torchvision's ImageFolder + PIL, the fast decode "
+                                                                 "path, prepared shards, GPU decode."),
+    compare_images: int = typer.Option(256, "--compare-images", min=8, max=100_000,
+                                       help="Files sampled for the path comparison."),
+    shards: Optional[Path] = typer.Option(None, "--shards", metavar="DST",
+                                          help="A prepared set to compare (default: the sample is prepared into a "
+                                               "temporary folder)."),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile",
                                                  help="Write a profile YAML (extends the one measured) with the "
                                                       "recommended loader settings."),
@@ -247,6 +255,15 @@ def loader_cmd(
     up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
     result = bl.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
                         rounds=rounds, batches=batches, model=train_model, batch_message=batch_msg)
+    if paths:
+        from fasttrain.bench.paths import compare_paths
+
+        compared = compare_paths(bundle, data, augment=prof.augment, image_size=plan.image_size,
+                                 batch_size=plan.batch_size, workers=choice.workers, images=compare_images,
+                                 rounds=rounds, max_seconds=max_seconds, train_rate=train_rate, shards=shards,
+                                 progress=say)
+        result.update(paths=compared["paths"], paths_recommendation=compared["recommendation"],
+                      paths_sample_images=compared["sample_images"], paths_workers=compared["workers"])
     if write_profile is not None:
         note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
                 f"{choice.images_per_s:.0f} img/s\n{why}")

@@ -93,7 +93,11 @@ def doctor_cmd(
                                  str(write_profile))])
     report = load_report(report_from) if report_from else hardware.probe(data_dir=data)
     prof, label = _profile(profile, report)
-    findings = doctor.run_rules(report, prof, target, profile_label=label)
+    facts = None
+    if data is not None:
+        from fasttrain.doctor.checks import data_facts
+        facts = data_facts(data)
+    findings = doctor.run_rules(report, prof, target, profile_label=label, data=facts)
     rec = recommend(report, _measured(report))
     written = None
     if write_profile is not None:

@@ -29,7 +29,8 @@ def estimate_cmd(
     image_size: Optional[int] = options.image_size_option(),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size",
                                                help="Training samples (default: ImageNet-1k, 1,281,167)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Image folder: counts the files and measures decode speed."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Image folder or prepared set (fasttrain data prepare): "
+                                                             "counts the images and measures decode speed."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
     num_classes: int = typer.Option(1000, "--num-classes", help="Classifier outputs."),
@@ -55,7 +56,7 @@ def estimate_cmd(
     if gpu is not None:
         options.check_name(gpu, "--gpu", "a GPU of the spec file, e.g. --gpu T4 (fasttrain estimate --compare gpus)")
     if data is not None:
-        options.check_path(data, "--data", "an image folder of class sub-folders")
+        options.check_path(data, "--data", "an image folder of class sub-folders or a fasttrain data prepare folder")
     if data is not None and dataset_size is not None:
         raise UserError([Problem("--data", "give --data or --dataset-size, not both",
                                  "--data counts the images itself")])

@@ -139,7 +139,8 @@ def _dashboard(display: "RunDisplay") -> "Dashboard":
     mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
-                     forecast=display.forecast, data_kind=display.data_kind, measured=display.measured)
+                     forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,
+                     input_gain=display.input_gain)
 
 
 def _given(ctx: typer.Context) -> set[str]:

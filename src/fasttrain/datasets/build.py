@@ -52,23 +52,9 @@ class ImageFiles:
             return image, target
         if sample_seed is None:
             return self.transform(image), target
-        return _seeded(self.transform, image, sample_seed), target
+        from fasttrain.datasets.transforms import seeded_call
 
-
-def _seeded(transform: Callable[[Any], Any], image: Any, sample_seed: int) -> Any:
-    import torch
-    from torch.utils.data import get_worker_info
-
-    generator = torch.random.default_generator
-    if get_worker_info() is not None:  # a worker's RNG belongs to the data pipeline alone
-        generator.manual_seed(sample_seed)
-        return transform(image)
-    saved = generator.get_state()
-    try:
-        generator.manual_seed(sample_seed)
-        return transform(image)
-    finally:
-        generator.set_state(saved)
+        return seeded_call(self.transform, image, sample_seed), target
 
 
 def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = 0.1,
@@ -93,6 +79,10 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
                           class_names=[], kind="synthetic", source="synthetic",
                           train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict)
     path = Path(spec).expanduser()
+    from fasttrain.datasets.shards import is_prepared, shard_bundle
+
+    if path.is_dir() and is_prepared(path):
+        return shard_bundle(path, spec, image_size, augment, strict)
     if path.exists() or "/" in spec or spec.startswith("."):
         return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict)
     if ":" in spec:
@@ -110,8 +100,12 @@ def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec
     class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
     from fasttrain.datasets.transforms import train_transform, val_transform
 
-    train = ImageFiles(train_samples, train_transform(augment, image_size))
-    val = ImageFiles(val_samples, val_transform(image_size))
+    from fasttrain.datasets.fast_decode import FastImageFiles, mostly_jpeg
+
+    # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
+    files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
+    train = files(train_samples, train_transform(augment, image_size))
+    val = files(val_samples, val_transform(image_size))
     return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
                       source=source, train_size=len(train), val_size=len(val), strict=strict)
 

@@ -44,7 +44,13 @@ def collate_images(samples: list[Any]) -> tuple[Any, Any, list[tuple[str, str]]]
     bad = [(s.path, s.reason) for s in samples if isinstance(s, BadSample)]
     if not good:
         return None, torch.empty(0, dtype=torch.long), bad
-    images = torch.stack([image for image, _ in good])
+    out = None
+    if torch.utils.data.get_worker_info() is not None:  # like default_collate: build the batch in shared memory
+        first = good[0][0]  # so it crosses to the main process without another copy
+        storage = first.untyped_storage()._new_shared(len(good) * first.numel() * first.element_size(),
+                                                      device=first.device)
+        out = first.new(storage).resize_(len(good), *first.shape)
+    images = torch.stack([image for image, _ in good], out=out)
     targets = torch.tensor([target for _, target in good], dtype=torch.long)
     return images, targets, bad
 

@@ -43,6 +43,24 @@ def val_transform(image_size: int, crop_pct: float = CROP_PCT) -> Any:
     return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor()])
 
 
+def seeded_call(transform: Any, image: Any, sample_seed: int) -> Any:
+    """transform(image) with torch's generator seeded for this sample: augmentation is a pure function of (seed,
+    epoch, index) whatever the worker count. In the main process the generator state is restored afterwards."""
+    import torch
+    from torch.utils.data import get_worker_info
+
+    generator = torch.random.default_generator
+    if get_worker_info() is not None:  # a worker's RNG belongs to the data pipeline alone
+        generator.manual_seed(sample_seed)
+        return transform(image)
+    saved = generator.get_state()
+    try:
+        generator.manual_seed(sample_seed)
+        return transform(image)
+    finally:
+        generator.set_state(saved)
+
+
 def _to_normalised_tensor() -> list[Any]:
     import torch
     from torchvision.transforms import v2

@@ -17,6 +17,8 @@ from importlib import resources
 
 from fasttrain.doctor import gpu as g
 from fasttrain.doctor import host as h
+from pathlib import Path
+
 from fasttrain.doctor.findings import Context, Finding
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
@@ -37,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     h.rule_loader_ram,
     h.rule_shm,
     h.rule_data_disk,
+    h.rule_input_path,
     h.rule_disk_free,
     h.rule_env,
 )
@@ -76,11 +79,28 @@ def feed_target(report: HardwareReport, profile: Profile | None, given: float | 
     return None, ""
 
 
+def data_facts(data: Path) -> dict[str, object]:
+    """What the rules need to know of --data: a prepared set's image count and bytes per image (its shards are
+    files of many images), and the factor `bench loader` measured for prepared shards on this data (gather)."""
+    from fasttrain.datasets.measured import find_path_gains, gain_sentence
+    from fasttrain.datasets.shards import is_prepared, load_manifest
+
+    facts: dict[str, object] = {"prepared": False, "path": str(data)}
+    if is_prepared(data):
+        manifest = load_manifest(data)
+        shards = [s["name"] for split in ("train", "val") for s in manifest["splits"][split]["shards"]]
+        size = sum((data / n).stat().st_size for n in shards if (data / n).is_file())
+        images = sum(int(manifest["splits"][split]["count"]) for split in ("train", "val"))
+        facts.update(prepared=True, images=images, shards=len(shards), image_bytes=size / max(1, images))
+    facts["gain"] = gain_sentence(find_path_gains(data), data)
+    return facts
+
+
 def run_rules(report: HardwareReport, profile: Profile | None = None, target_images_per_s: float | None = None,
-              profile_label: str = "", target_source: str = "") -> list[Finding]:
+              profile_label: str = "", target_source: str = "", data: dict[str, object] | None = None) -> list[Finding]:
     """Every rule that applies, in RULES order."""
     target, source = feed_target(report, profile, target_images_per_s, target_source or "--target-images-per-s")
-    ctx = Context(report, profile, profile_label, target, source)
+    ctx = Context(report, profile, profile_label, target, source, data)
     return [f for f in (rule(ctx) for rule in RULES) if f is not None]
 
 

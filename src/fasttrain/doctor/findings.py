@@ -6,7 +6,7 @@ A Finding is ok / warn / fail with the numbers in `detail` and the knob to turn 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
@@ -44,6 +44,8 @@ class Context:
     profile_label: str = ""
     target_images_per_s: float | None = None
     target_source: str = ""
+    # --data facts (checks.data_facts): prepared, images, image_bytes, shards, gain (the measured factor sentence)
+    data: dict[str, Any] | None = None
 
 
     @property

@@ -116,7 +116,8 @@ def rule_compile(c: Context) -> Finding | None:
 
 
 def rule_data_disk(c: Context) -> Finding | None:
-    """Can the disk under --data feed the images/s the run is expected to reach?"""
+    """Can the disk under --data feed the images/s the run is expected to reach? A prepared set's files are
+    shards of many images: its rate is MB/s over the bytes per image its manifest gives."""
     disk = next((d for d in c.report.disks if d.role == "data"), None)
     if disk is None:
         return None
@@ -126,22 +127,41 @@ def rule_data_disk(c: Context) -> Finding | None:
     avg = (disk.sample_bytes or 0) / disk.sample_files
     speed = (f"{disk.path}: {disk.files_per_s:,.0f} files/s, {disk.read_mb_per_s:,.1f} MB/s over {disk.sample_files} "
              f"files (average {avg / 1e3:,.0f} kB, one reader{', page cache dropped' if disk.cold_cache else ''})")
+    rate = disk.files_per_s
+    if c.data and c.data.get("prepared") and c.data.get("image_bytes"):
+        rate = (disk.read_mb_per_s or 0) * 1e6 / c.data["image_bytes"]
+        avg = c.data["image_bytes"]
+        speed += f" = {rate:,.0f} images/s from shards of {avg / 1e3:,.0f} kB per image"
     target = c.target_images_per_s
     if not target:
         return Finding("data-disk", "ok", "data read speed measured (no throughput target to compare)", speed,
                        "pass --target-images-per-s N (or run `fasttrain estimate`) to check it feeds the GPU")
     readers = max(c.workers, 1)
     need = f"the run needs {target:,.0f} images/s ({target * avg / 1e6:,.1f} MB/s) [{c.target_source}]"
-    if disk.files_per_s >= target:
+    if rate >= target:
         return Finding("data-disk", "ok", "the data disk keeps up", f"{speed}; {need}")
-    fix = ("copy the data set to local NVMe or /dev/shm, or pack it into large shards (WebDataset/tar); "
-           "more loader.num_workers help on network storage")
-    if disk.files_per_s * readers < target:
+    fix = ("pack it into resized WebDataset shards with `fasttrain data prepare DIR --out DST` (few large files, "
+           "small images; `fasttrain bench loader --data DIR` measures the gain), or copy it to local NVMe or "
+           "/dev/shm; more loader.num_workers help on network storage")
+    if rate * readers < target:
         return Finding("data-disk", "fail", "the data disk is too slow to feed the run",
                        f"{speed}; {need}: even {readers} reader{'s' if readers > 1 else ''} at this rate give "
-                       f"{disk.files_per_s * readers:,.0f} images/s", fix)
+                       f"{rate * readers:,.0f} images/s", fix)
     return Finding("data-disk", "warn", "one reader is slower than the run needs",
                    f"{speed}; {need}: {plural(readers, 'worker')} must read in parallel to keep up", fix)
+
+
+def rule_input_path(c: Context) -> Finding | None:
+    """How --data will be decoded, and what prepared shards were measured to buy on it (or how to measure it)."""
+    if not c.data:
+        return None
+    if c.data.get("prepared"):
+        return Finding("input-path", "ok", "--data is a prepared shard set (fasttrain data prepare)",
+                       f"{c.data['images']:,} images in {plural(int(c.data['shards']), 'shard')}; "
+                       f"{c.data['gain']}")
+    return Finding("input-path", "ok", "--data is an image folder: every epoch decodes the original files",
+                   str(c.data["gain"]), f"`fasttrain data prepare {c.data['path']} --out DST` packs it once into "
+                   "resized shards; train with --data DST")
 
 
 def rule_disk_free(c: Context) -> Finding | None:

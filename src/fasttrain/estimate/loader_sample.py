@@ -17,10 +17,15 @@ SAMPLE_FILES = 64
 TRAIN_SEED, TRAIN_VAL_FRACTION = 0, 0.1
 
 
-def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path]]:
+def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path] | list[bytes]]:
     """(training samples under root, an evenly spread sample of their files), counted the way `train` does
     (datasets/image_folder.find_splits with train's default seed and validation fraction): a val/ folder, or
-    the validation share split off one tree, is not training data."""
+    the validation share split off one tree, is not training data. A prepared set (`fasttrain data prepare`):
+    its manifest's training count and the encoded bytes of a sample read from a few of its shards."""
+    from fasttrain.datasets.shards import is_prepared
+
+    if is_prepared(root):
+        return scan_prepared(root, keep)
     from fasttrain.datasets.image_folder import find_splits
     _classes, train, _val = find_splits(root, seed=TRAIN_SEED, val_fraction=TRAIN_VAL_FRACTION)
     files = [Path(path) for path, _label in train]
@@ -28,15 +33,35 @@ def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path]]:
     return len(files), files[::stride][:keep]
 
 
-def measure(files: list[Path], augment: AugmentSpec, image_size: int, budget_s: float = 1.0) -> LoaderSample:
-    """Decode + augment images in this one process for about `budget_s` seconds: a worker's rate."""
+def scan_prepared(root: Path, keep: int) -> tuple[int, list[bytes]]:
+    """(training images of a prepared set, encoded bytes of up to `keep` of them from <= 4 evenly spread shards)."""
+    from fasttrain.datasets.shards import ShardImages, load_manifest
+
+    manifest = load_manifest(root)
+    shards = manifest["splits"]["train"]["shards"]
+    picked = shards[::max(1, len(shards) // 4)][:4]
+    data = ShardImages(root, picked, None)
+    stride = max(1, len(data) // keep)
+    return int(manifest["splits"]["train"]["count"]), [data.read(i) for i in range(0, len(data), stride)][:keep]
+
+
+def measure(files: list[Path] | list[bytes], augment: AugmentSpec, image_size: int,
+            budget_s: float = 1.0) -> LoaderSample:
+    """Decode + augment images in this one process for about `budget_s` seconds: a worker's rate. Files are
+    decoded as train decodes a folder of them (PIL); the bytes of a prepared set's images as train reads shards
+    (datasets/fast_decode, normalisation left to the device)."""
     from PIL import Image
 
+    from fasttrain.datasets.fast_decode import FastTransform
     from fasttrain.datasets.transforms import train_transform
     transform = train_transform(augment, image_size)
+    fast = FastTransform(transform)
 
-    def one(path: Path) -> None:
-        with Image.open(path) as img:
+    def one(item: Path | bytes) -> None:
+        if isinstance(item, bytes):
+            fast(item)
+            return
+        with Image.open(item) as img:
             transform(img.convert("RGB"))
 
     one(files[0])  # warm-up: imports, first allocations
@@ -47,5 +72,6 @@ def measure(files: list[Path], augment: AugmentSpec, image_size: int, budget_s: 
         elapsed = time.perf_counter() - started
         if (elapsed >= budget_s and done >= 8) or done >= 4 * len(files):
             break
-    return LoaderSample(done / elapsed, f"--data: {done} decodes of {min(done, len(files))} sampled files, "
+    what = "images of the prepared shards, fast decode path" if isinstance(files[0], bytes) else "files"
+    return LoaderSample(done / elapsed, f"--data: {done} decodes of {min(done, len(files))} sampled {what}, "
                                         "one process, train transform")

@@ -51,15 +51,17 @@ class Verdict:
 
 
 def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
-             measured: Sequence[Measurement] = ()) -> str:
+             measured: Sequence[Measurement] = (), input_gain: str | None = None) -> str:
     """The verdict as one sentence, e.g. 'input-bound: 61% of each step waits for data; raise ...'."""
-    return assess(snapshot, plan, report, measured).text
+    return assess(snapshot, plan, report, measured, input_gain).text
 
 
 def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
-           measured: Sequence[Measurement] = ()) -> Verdict:
+           measured: Sequence[Measurement] = (), input_gain: str | None = None) -> Verdict:
     """`measured`: what was measured on this machine (tuning/store.py): a setting measured slower here is never
-    suggested, and a suggestion names its measurement or says it is unmeasured (tuning/advice.py)."""
+    suggested, and a suggestion names its measurement or says it is unmeasured (tuning/advice.py).
+    input_gain: what prepared shards measured on this data (datasets/measured.gain_sentence), "" when the run
+    already reads prepared shards, None when unknown."""
     seen = snapshot.get("steps_seen") or 0
     window = snapshot.get("window_steps") or 0
     wait = snapshot.get("data_wait_fraction")
@@ -71,7 +73,7 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
     util = snapshot.get("gpu_util_pct")
     low_util = util is not None and util < LOW_GPU_UTIL_PCT
     if wait >= INPUT_BOUND_FRACTION or (low_util and wait >= INPUT_BOUND_FRACTION_LOW_UTIL):
-        return _input_bound(wait, util, plan, report)
+        return _input_bound(wait, util, plan, report, input_gain)
     if h2d >= TRANSFER_BOUND_FRACTION:
         return _transfer_bound(h2d, plan)
     if low_util:
@@ -116,7 +118,18 @@ def cores_allow_workers(report: HardwareReport | None) -> int | None:
     return None if report is None else max(1, report.cores - 1)
 
 
-def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareReport | None) -> Verdict:
+def _cheaper(input_gain: str | None) -> str:
+    if input_gain == "":
+        return ("make each batch cheaper to load: it already reads prepared shards, so a smaller "
+                "loader.image_size, lighter augmentation, more cores or decoding on the GPU")
+    measured = input_gain or ("`fasttrain bench loader --data DIR` measures the factor they buy on these files")
+    return ("make each batch cheaper to load: pack the image folder once into resized shards with "
+            f"`fasttrain data prepare DIR --out DST` and train on --data DST ({measured}), or a smaller "
+            "loader.image_size, lighter augmentation, a faster disk")
+
+
+def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareReport | None,
+                 input_gain: str | None = None) -> Verdict:
     head = f"input-bound: {wait:.0%} of each step waits for data"
     if util is not None:
         head += f" (GPU busy {util:.0f}%)"
@@ -136,8 +149,7 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
         else:
             text += f", RAM allows {ram_text}"
         return Verdict("input-bound", f"{text} (--set loader.num_workers={suggest})", suggested_workers=suggest, **kw)
-    cheaper = ("make each batch cheaper to load: smaller loader.image_size, lighter augmentation, "
-               "pre-decoded or cached data, or a faster disk")
+    cheaper = _cheaper(input_gain)
     if cores is not None and plan.workers >= cores:
         why = f"num_workers={plan.workers} already uses the {plural(report.cores, 'core') if report else '? cores'}"
     elif ram <= plan.workers:

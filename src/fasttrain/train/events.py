@@ -146,6 +146,7 @@ class RunDisplay:
     plain: bool                    # --json: plain lines (progress on stderr), never the live screen
     data_kind: str = "images"      # DataBundle.kind: a display says img/s for images, samples/s otherwise
     measured: tuple[Any, ...] = ()  # tuning.store.Measurement made on this machine: the verdict's advice reads them
+    input_gain: str | None = None  # what prepared shards measured on this data, for the input-bound verdict
 
 
 # The command layer's display for a run: a context manager (entered around training) yielding a listener.

@@ -96,7 +96,8 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     epochs = prep.resolved.profile.optim.epochs
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=stream, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
-                            data_kind=prep.bundle.kind, measured=_measured(prep))) as listener:
+                            data_kind=prep.bundle.kind, measured=_measured(prep),
+                            input_gain=_input_gain(prep) if main else None)) as listener:
         listener.on_run_start(plan, plan_view(prep)["notes"])
         if tuning:
             from fasttrain.train.tune import tuning_line
@@ -115,6 +116,23 @@ def _measured(prep: Prepared) -> tuple[Any, ...]:
     except Exception:  # noqa: BLE001 - no cache directory: nothing measured
         return ()
     return tuple(machine_measurements(entries, machine_id(prep.report), prep.report.torch.version, prep.model_name))
+
+
+def _input_gain(prep: Any) -> str | None:
+    """For the input-bound verdict: "" on prepared shards, else the factor `bench loader` measured on this
+    folder (or that it is unmeasured); None for other data."""
+    from pathlib import Path
+
+    from fasttrain.datasets.measured import find_path_gains, gain_sentence
+    from fasttrain.datasets.shards import ShardImages
+
+    if prep.bundle.kind != "images":
+        return None
+    if isinstance(prep.bundle.train, ShardImages):
+        return ""
+    source = prep.bundle.source
+    gains = find_path_gains(source, Path(prep.args.runs_dir)) or find_path_gains(source)  # bench's default runs/
+    return gain_sentence(gains, source)
 
 
 def _open_data(prep: Prepared, dist: Any) -> tuple[Any, Any, Any, int]:

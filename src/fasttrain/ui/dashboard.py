@@ -50,13 +50,14 @@ class Dashboard:
                  forecast: dict[str, Any] | None = None, stream: TextIO | None = None, plain_every_s: float = 10.0,
                  report: HardwareReport | None = None, telemetry: Any = None, console: Any = None,
                  clock: Callable[[], float] = time.monotonic, data_kind: str = "images",
-                 measured: tuple[Any, ...] = ()):
+                 measured: tuple[Any, ...] = (), input_gain: str | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.plan, self.report, self.forecast = plan, report, forecast
         self.total_batches, self.epochs, self.mode = total_batches, epochs, mode
         self.data_kind = data_kind
         self.measured = measured
+        self.input_gain = input_gain  # the measured shard factor for the input-bound verdict (verdict.assess)
         self.stream = stream if stream is not None else sys.stdout
         self.plain_every_s = plain_every_s
         self.telemetry = telemetry
@@ -130,7 +131,7 @@ class Dashboard:
             self._write("epoch done: " + " | ".join(f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
             snap = self._current()
             if snap:
-                self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report, self.measured)}")
+                self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report, self.measured, self.input_gain)}")
 
     def message(self, text: str, level: str = "info") -> None:
         """A line above the live screen / in the plain log; with --quiet only errors are shown."""
@@ -193,7 +194,7 @@ class Dashboard:
         if not snap:
             return
         self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind))
-        verdict = vd.assess(snap, self.plan, self.report, self.measured)
+        verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain)
         if verdict.kind != self._last_kind:  # the verdict is repeated only when it changes
             self._last_kind = verdict.kind
             self._write(f"verdict: {verdict.text}")
@@ -229,7 +230,7 @@ class Dashboard:
             self._epoch_table = dashboard_view.EpochTable()
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
                                            self.epochs, tuple(self._rows), self.data_kind,
-                                           self.measured)
+                                           self.measured, self.input_gain)
         return dashboard_view.screen(model, self._current() or {}, self._epoch_table, self.console)
 
     def _summary_table(self, summary: dict[str, Any]) -> Any:

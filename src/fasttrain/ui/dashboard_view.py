@@ -76,6 +76,7 @@ class ScreenModel:
     rows: Sequence[dict[str, Any]]         # every finished epoch's row, oldest first
     data_kind: str = "images"              # DataBundle.kind: img/s for images, samples/s for other data
     measured: tuple[Any, ...] = ()         # tuning.store.Measurement made here, for the verdict's advice
+    input_gain: str | None = None          # the measured shard factor the input-bound verdict quotes
 
 
 class EpochTable:
@@ -108,7 +109,7 @@ def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console
     for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
         part.no_wrap, part.overflow = True, "crop"
     if snap:
-        verdict = vd.assess(snap, model.plan, model.report, model.measured)
+        verdict = vd.assess(snap, model.plan, model.report, model.measured, model.input_gain)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))
     cached = epochs.segments(model.rows, console, model.data_kind)
     if cached is not None:
