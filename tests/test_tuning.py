@@ -232,8 +232,16 @@ def test_thread_ab_times_real_steps_and_keeps_the_winner() -> None:
         now[0] += per_step[threads[0]]
     best, ratio, samples = results[0]
     assert best == 2 and threads[0] == 2 and ratio == pytest.approx(1.6)
-    assert samples[2] == pytest.approx([0.25] * 4) and samples[1] == pytest.approx([0.40] * 4)  # no warm-up steps
+    # 1 thread is clearly slower after two steps each: the A/B stops there (warm-up steps are not counted).
+    assert samples[2] == pytest.approx([0.25] * 2) and samples[1] == pytest.approx([0.40] * 2)
     assert len(results) == 1 and ab.done
+
+
+def test_the_ab_goes_on_while_the_arms_overlap() -> None:
+    from fasttrain.tuning import decide
+    assert not decide.ab_settled({2: [0.25, 0.30], 1: [0.28, 0.33]})     # overlapping: keep timing
+    assert not decide.ab_settled({2: [0.25], 1: [0.40]})                  # one step each is not enough
+    assert decide.ab_settled({2: [0.25, 0.26], 1: [0.38, 0.40]})
 
 
 def test_a_trial_that_cannot_afford_two_candidates_is_skipped() -> None:

@@ -6,7 +6,8 @@ images a worker is idle most of the time and every core should compute; on large
 core. The tuning trial times compute on random tensors, so it cannot see this contention, and a short run cannot
 afford a separate trial of each split. So the run's first real steps alternate the two thread counts
 (tuning/decide.ab_schedule), each step timed from one batch request to the next (data wait included), and the
-faster median wins for the rest of the run (tuning/decide.pick_threads). The steps train as usual: the
+faster median wins for the rest of the run (tuning/decide.pick_threads); when two steps of each already show
+one arm clearly slower (decide.ab_settled), it stops there. The steps train as usual: the
 measurement costs only the slower arm's extra time on a handful of steps. Thread counts change with
 torch.set_num_threads, which takes effect at the next parallel region.
 """
@@ -37,7 +38,7 @@ class ThreadAB:
         now = self.clock()
         if self.started is not None and self.step > decide.AB_WARM_STEPS:  # the step that just ended was timed
             self.samples[self.schedule[self.step - 1]].append(now - self.started)
-        if self.step == len(self.schedule):
+        if self.step == len(self.schedule) or decide.ab_settled(self.samples):
             self.done = True
             best, ratio = decide.pick_threads(self.samples, current=self.arms[0])
             self.set_threads(best)

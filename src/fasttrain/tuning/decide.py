@@ -118,6 +118,19 @@ def ab_schedule(arms: list[int], warm: int = AB_WARM_STEPS, per_arm: int = AB_PE
     return [arms[0]] * warm + [arms[k % len(arms)] for k in range(per_arm * len(arms))]
 
 
+AB_CLEAR_GAP = 1.15   # every step of one arm this much slower than every step of the other: no need to go on
+
+
+def ab_settled(samples: dict[int, list[float]], min_each: int = 2, gap: float = AB_CLEAR_GAP) -> bool:
+    """The A/B can stop early: each arm has min_each steps and one arm's slowest step beats the other's fastest
+    by more than `gap` (the slower arm's remaining steps would only cost time). Pure."""
+    timed = [v for v in samples.values() if v]
+    if len(timed) < 2 or any(len(v) < min_each for v in timed):
+        return False
+    fastest_worst = min(max(v) for v in timed)
+    return all(min(v) > fastest_worst * gap for v in timed if max(v) != fastest_worst)
+
+
 def pick_threads(samples: dict[int, list[float]], current: int, margin: float = KEEP_MARGIN) -> tuple[int, float]:
     """The thread count whose median step time is lowest, kept over `current` only when it is faster by more
     than the noise margin -> (threads, how many times faster it is than the slowest arm). Pure."""
