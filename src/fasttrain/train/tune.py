@@ -267,7 +267,7 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
     """One line for the dashboard and --dry-run. Pure."""
     if not findings:
         return "not measured yet: the run times the candidate settings first (a few % of the run, capped)"
-    if "skipped" in findings:
+    if isinstance(findings.get("skipped"), str):  # no trial ran; a trial's own "skipped" is a list, said below
         return f"skipped: {findings['skipped']}"
     skipped = "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", [])) \
         if findings.get("skipped") else ""
