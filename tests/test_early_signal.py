@@ -72,3 +72,17 @@ def test_the_early_handler_is_only_armed_for_the_train_command() -> None:
         out = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = ['fasttrain'] + {args!r}; {code}"],
                              capture_output=True, text=True, env=child_env(), timeout=60).stdout.strip()
         assert (out == "_stopped_before_training") == armed, (args, out)
+
+
+def test_a_sigterm_after_the_run_finished_does_not_kill_the_summary() -> None:
+    """From the last step to the command's end a SIGTERM is ignored (train/early_stop.hold_after_run), and the
+    command's own end restores the default: a finished run never exits -15 while writing its summary."""
+    script = ("import os, signal\n"
+              "from fasttrain.train import early_stop as e\n"
+              "e.hold_after_run(); os.kill(os.getpid(), signal.SIGTERM); print('alive after SIGTERM')\n"
+              "e.release_after_run(); assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n")
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(),
+                           cwd=REPO, timeout=60)
+    assert "alive after SIGTERM" in child.stdout and child.returncode == -signal.SIGTERM, (child.returncode,
+                                                                                          child.stderr)

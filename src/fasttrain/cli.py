@@ -219,7 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    # The command is done and its output written: a SIGTERM now (a preemption notice just after a run finished)
+    # must not turn the exit code into -15 while the interpreter shuts down. SIGKILL still stops it. Not in a
+    # torchrun worker: its agent ends it with SIGTERM, and a worker that lingers aborts in the process group's
+    # threads at exit.
+    if launch.worker_world() is None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

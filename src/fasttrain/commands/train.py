@@ -115,9 +115,13 @@ def train_cmd(
         from fasttrain.train import early_stop
         early_stop.disarm()  # torch.distributed.run handles signals for its workers
         raise typer.Exit(_launch(prep))
-    summary = train_run.execute(prep, display=_dashboard)
-    if as_json and prep.is_main:
-        print_json(summary)
+    from fasttrain.train import early_stop
+    try:
+        summary = train_run.execute(prep, display=_dashboard)
+        if as_json and prep.is_main:
+            print_json(summary)
+    finally:
+        early_stop.release_after_run()
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
         raise typer.Exit(summary["exit_code"])
 

@@ -28,3 +28,23 @@ def disarm() -> None:
     for sig, default in DEFAULTS:
         if getattr(signal.getsignal(sig), "__name__", "") == EARLY_HANDLER:
             signal.signal(sig, default)
+
+
+def _run_finished(signum: int, frame: object) -> None:
+    """SIGTERM after the last step: the checkpoint and the run folder are written; finishing the summary is all
+    that is left, so the signal is ignored rather than killing the process half-way through it."""
+
+
+def hold_after_run() -> None:
+    """From the end of training to the end of the command (summary, JSON), a SIGTERM (a preemption notice that
+    lands just after the last step) no longer kills the process with -15 for a run that finished; the command
+    exits as the run did. release_after_run() puts the default back. Main thread only."""
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _run_finished)
+
+
+def release_after_run() -> None:
+    import threading
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _run_finished:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -257,6 +257,7 @@ def _train(run: _Run, model: Any, listener: TrainListener) -> dict[str, Any]:
         for loader in (run.train_loader, run.val_loader):
             if loader is not None:
                 shutdown_workers(loader)
+    early_stop.hold_after_run()  # training is over: a late SIGTERM must not cut the summary (commands/train releases)
     summary = run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch)
     summary.update(fault_report(trainer, prep, prep.bundle))
     summary["forecast"] = run.forecast
