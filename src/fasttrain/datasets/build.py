@@ -48,13 +48,9 @@ class ImageFiles:
                 image = opened.convert("RGB")
         except (*_DECODE_ERRORS, Image.DecompressionBombError) as exc:
             return BadSample(path, f"{type(exc).__name__}: {exc}")
-        if self.transform is None:
-            return image, target
-        if sample_seed is None:
-            return self.transform(image), target
-        from fasttrain.datasets.transforms import seeded_call
+        from fasttrain.datasets.transforms import transformed
 
-        return seeded_call(self.transform, image, sample_seed), target
+        return transformed(self.transform, image, sample_seed), target
 
 
 def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = 0.1,

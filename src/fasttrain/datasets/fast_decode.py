@@ -196,17 +196,12 @@ class EncodedImages:
         return len(self.samples)
 
     def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int] | BadSample:
-        from fasttrain.datasets.transforms import seeded_call
+        from fasttrain.datasets.transforms import transformed
 
         sample_seed, index = key if isinstance(key, tuple) else (None, key)
         name, target = self.samples[index]
         try:
-            data = self.read(index)
-            if self.transform is None:
-                return data, target
-            if sample_seed is None:
-                return self.transform(data), target
-            return seeded_call(self.transform, data, sample_seed), target
+            return transformed(self.transform, self.read(index), sample_seed), target
         except DECODE_ERRORS as exc:
             return BadSample(name, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - PIL's DecompressionBombError and decoder errors of any kind

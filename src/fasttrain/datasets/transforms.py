@@ -43,6 +43,16 @@ def val_transform(image_size: int, crop_pct: float = CROP_PCT) -> Any:
     return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor()])
 
 
+def transformed(transform: Any, item: Any, sample_seed: int | None) -> Any:
+    """`item` through `transform` (None: unchanged), with torch's generator seeded for this sample when a seed is
+    given (seeded_call): what every dataset's __getitem__ does after reading its sample."""
+    if transform is None:
+        return item
+    if sample_seed is None:
+        return transform(item)
+    return seeded_call(transform, item, sample_seed)
+
+
 def seeded_call(transform: Any, image: Any, sample_seed: int) -> Any:
     """transform(image) with torch's generator seeded for this sample: augmentation is a pure function of (seed,
     epoch, index) whatever the worker count. In the main process the generator state is restored afterwards."""

@@ -13,10 +13,10 @@ import hashlib
 import io
 import json
 import platform
-import time
 from pathlib import Path
 
 from fasttrain.estimate.forecast import LoaderSample
+from fasttrain.estimate.loader_sample import timed_rate
 from fasttrain.profiles.schema import AugmentSpec
 
 # ImageNet-1k train: most photos are 500 x 375 or 375 x 500 (the mean is about 400 x 350); quality 90 JPEG.
@@ -95,14 +95,7 @@ def measure(image_size: int, augment: AugmentSpec, budget_s: float = 1.0,
             transform(img.convert("RGB"))
 
     try:
-        one(jpegs[0])   # warm-up: imports, first allocations
-        done, started = 0, time.perf_counter()
-        while True:
-            one(jpegs[done % len(jpegs)])
-            done += 1
-            elapsed = time.perf_counter() - started
-            if elapsed >= budget_s and done >= len(jpegs):
-                break
+        done, elapsed = timed_rate(one, jpegs, budget_s, min_done=len(jpegs))
     finally:
         torch.set_num_threads(threads)
     return done / elapsed

@@ -7,7 +7,9 @@ workers it needs. Units: images/s per worker.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fasttrain.estimate.forecast import LoaderSample
 from fasttrain.profiles.schema import AugmentSpec
@@ -45,6 +47,20 @@ def scan_prepared(root: Path, keep: int) -> tuple[int, list[bytes]]:
     return int(manifest["splits"]["train"]["count"]), [data.read(i) for i in range(0, len(data), stride)][:keep]
 
 
+def timed_rate(one: Callable[[Any], None], items: Sequence[Any], budget_s: float, min_done: int,
+               max_done: int | None = None) -> tuple[int, float]:
+    """Call one(item) over `items` in turn, after one untimed warm-up call (imports, first allocations), until
+    budget_s seconds have passed and at least min_done calls are timed, or max_done calls are -> (calls, seconds)."""
+    one(items[0])
+    done, started = 0, time.perf_counter()
+    while True:
+        one(items[done % len(items)])
+        done += 1
+        elapsed = time.perf_counter() - started
+        if (elapsed >= budget_s and done >= min_done) or (max_done is not None and done >= max_done):
+            return done, elapsed
+
+
 def measure(files: list[Path] | list[bytes], augment: AugmentSpec, image_size: int,
             budget_s: float = 1.0) -> LoaderSample:
     """Decode + augment images in this one process for about `budget_s` seconds: a worker's rate. Files are
@@ -64,14 +80,7 @@ def measure(files: list[Path] | list[bytes], augment: AugmentSpec, image_size: i
         with Image.open(item) as img:
             transform(img.convert("RGB"))
 
-    one(files[0])  # warm-up: imports, first allocations
-    done, started = 0, time.perf_counter()
-    while True:
-        one(files[done % len(files)])
-        done += 1
-        elapsed = time.perf_counter() - started
-        if (elapsed >= budget_s and done >= 8) or done >= 4 * len(files):
-            break
+    done, elapsed = timed_rate(one, files, budget_s, min_done=8, max_done=4 * len(files))
     what = "images of the prepared shards, fast decode path" if isinstance(files[0], bytes) else "files"
     return LoaderSample(done / elapsed, f"--data: {done} decodes of {min(done, len(files))} sampled {what}, "
                                         "one process, train transform")

@@ -57,7 +57,8 @@ def arms_for(plan: Any, cores: int) -> list[int]:
 def wanted(plan: Any, prep: Any, tuning: dict[str, Any], env: dict[str, str]) -> bool:
     """On the CPU, with loader workers, when the user left workers and threads open and nothing measured the
     split yet (a trial that timed it, or a cached choice)."""
-    measured = any(row.get("candidate") == "load one batch (0 workers)" for row in tuning.get("candidates", []))
+    from fasttrain.train.tune import LOAD_ROW
+    measured = any(row.get("candidate") == LOAD_ROW for row in tuning.get("candidates", []))
     return (plan.device == "cpu" and plan.workers > 0 and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
             and not getattr(prep.args, "no_tune", False) and not tuning.get("cached") and not measured
             and prep.resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default")))

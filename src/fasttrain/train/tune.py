@@ -30,6 +30,7 @@ TUNABLE = {"workers": "loader.num_workers", "precision": "speed.precision", "cha
 CHOICE_FIELDS = ("workers", "cpu_threads", "precision", "channels_last", "fused_optimizer", "cudnn_benchmark",
                  "compile")
 STEPS = {"cpu": (1, 2), "cuda": (3, 8)}        # (warm-up, timed) steps per candidate
+LOAD_ROW = "load one batch (0 workers)"        # the findings row that says the trial measured the split
 
 
 def tunable(provenance: dict[str, str]) -> set[str]:
@@ -168,7 +169,7 @@ def _split_step(trial: _Trial, plan: Plan, allowed: set[str], cores: int,
     t0 = time.perf_counter()
     load_s = load_batch_s(trial.prep, plan)
     trial.spent += time.perf_counter() - t0
-    trial.rows.append({"candidate": "load one batch (0 workers)", "threads": None, "step_s": round(load_s, 5)})
+    trial.rows.append({"candidate": LOAD_ROW, "threads": None, "step_s": round(load_s, 5)})
     compute = trial.time_plan(plan, "compute", counts)
     best, splits = decide.pick_workers(load_s, compute, cores, options)
     current = next((s for s in splits if s.workers == plan.workers), None)
