@@ -145,3 +145,16 @@ def test_json_error_values_stay_valid_json() -> None:
     rows = cli._user_error_problems(exc)
     json.loads(json.dumps(rows, allow_nan=False))
     assert rows[0]["value"] == "nan" and len(rows[2]["value"]) <= 83
+
+
+def test_a_torchrun_worker_leaves_with_its_output_and_exit_handlers_but_no_teardown() -> None:
+    """cli.leave_worker: exit handlers run and buffered output reaches the pipe before the process ends at once."""
+    script = ("import atexit, sys\n"
+              "from fasttrain.cli import leave_worker\n"
+              "atexit.register(lambda: print('exit handler ran'))\n"
+              "print('summary written', end='')\n"
+              "leave_worker(3)\n"
+              "print('never reached')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "summary writtenexit handler ran\n"

@@ -115,3 +115,14 @@ def test_one_process_per_gpu_and_no_more() -> None:
         else:
             with pytest.raises(UserError, match="5 processes per node, but torch sees 4 GPU"):
                 check_world(plan, profile, report, launched=True)
+
+
+def test_a_worker_killed_by_a_signal_is_named_by_its_global_rank(capsys) -> None:  # noqa: ANN001
+    """torchrun's failures are keyed by global rank; the earliest one decides the exit code, as a shell would."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    late = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file="<none>")
+    early = ProcessFailure(local_rank=1, pid=12, exitcode=-6, error_file="<none>")
+    late.timestamp, early.timestamp = 200, 100
+    code = launch._failed_exit_code(ChildFailedError("fasttrain", {0: late, 3: early}))
+    assert code == 134
+    assert "fasttrain: worker rank 3 was killed by signal 6" in capsys.readouterr().err

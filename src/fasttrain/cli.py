@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Callable
 
 
 def _stopped_before_training(signum: int, frame: object) -> None:
@@ -220,13 +221,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     code = main()
+    if launch.worker_world() is not None:
+        leave_worker(code)
     # The command is done and its output written: a SIGTERM now (a preemption notice just after a run finished)
-    # must not turn the exit code into -15 while the interpreter shuts down. SIGKILL still stops it. Not in a
-    # torchrun worker: its agent ends it with SIGTERM, and a worker that lingers aborts in the process group's
-    # threads at exit.
-    if launch.worker_world() is None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # must not turn the exit code into -15 while the interpreter shuts down. SIGKILL still stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
+
+
+def leave_worker(code: int, exit_now: Callable[[int], None] = os._exit) -> None:
+    """End a torchrun worker whose command is done, without the interpreter's teardown.
+
+    Its process group is destroyed and its files are closed by now, but tearing down what is left of torch's C++
+    state at interpreter exit can abort ("terminate called without an active exception", exit 134) after a
+    complete run: seen about once in ten resumed 2-process runs on a loaded 2-core machine, which turned a good
+    run into a failed job. So the exit handlers run (multiprocessing reaps loader workers, logging flushes), the
+    standard streams are flushed, and the process ends at once. Its agent may still end it with SIGTERM."""
+    import atexit
+    try:
+        atexit._run_exitfuncs()  # what a normal exit runs first (the stdlib's own entry point for it)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken pipe: nothing more can be said
+                pass
+        exit_now(code)
 
 
 if __name__ == "__main__":

@@ -196,9 +196,9 @@ def _failed_exit_code(exc: BaseException) -> int:
     failures = getattr(exc, "failures", {}) or {}
     if not failures:
         return 1
-    first = min(failures.values(), key=lambda f: getattr(f, "timestamp", 0))
+    # Keyed by global rank (a ProcessFailure itself knows only its local rank).
+    rank, first = min(failures.items(), key=lambda item: getattr(item[1], "timestamp", 0))
     code = int(getattr(first, "exitcode", 1) or 1)
-    rank = getattr(first, "rank", "?")
     if code < 0:  # killed by a signal: report it as the shell would
         print(f"fasttrain: worker rank {rank} was killed by signal {-code}", file=sys.stderr)
         return 128 - code
