@@ -246,6 +246,19 @@ def test_the_ab_goes_on_while_the_arms_overlap() -> None:
 
 def test_a_trial_that_cannot_afford_two_candidates_is_skipped() -> None:
     from fasttrain.tuning import decide
-    # 84 steps of 0.38 s (one epoch of the shapes set at 64 px): 5% is 1.6 s, two candidates cost ~2.7 s.
-    assert "too short to repay a trial" in decide.unaffordable(0.38, 84, "cpu", 3)
-    assert decide.unaffordable(0.38, 84 * 12, "cpu", 3) is None      # 12 epochs: 19 s budget
+    # 84 steps of 0.38 s (one epoch of the shapes set at 64 px): 5% is 1.6 s, two candidates cost ~3.5 s.
+    assert "too short to repay a trial" in decide.unaffordable(0.38, 84, "cpu", 1, 2)
+    assert decide.unaffordable(0.38, 84 * 12, "cpu", 1, 2) is None      # 12 epochs: 19 s budget
+
+
+def test_the_pre_check_prices_the_plan_as_the_trial_does() -> None:
+    """Recorded: one epoch of synthetic tensors (156 steps of 0.198 s, budget 1.55 s). The plan alone took 1.08 s,
+    the next candidate was priced 0.91 s and skipped: the trial spent 1.08 s and learnt nothing. The pre-check
+    must say so before it starts; three epochs (4.6 s of budget) afford it."""
+    from fasttrain.tuning import decide
+    assert decide.candidate_cost_s(0.198, 4) == pytest.approx(1.15, abs=0.01)   # the plan, measured 1.08 s
+    assert decide.unaffordable(0.198, 156, "cpu", 1, 2) is not None
+    assert decide.unaffordable(0.198, 156 * 3, "cpu", 1, 2) is None
+    budget = decide.trial_budget_s(0.198, 156 * 3, "cpu")
+    first = decide.candidate_cost_s(0.198, 4)
+    assert decide.affordable(first, decide.candidate_cost_s(0.198, 3), budget)  # what the trial then checks

@@ -97,7 +97,7 @@ class _Trial:
         self.warm, self.timed = STEPS.get(prep.plan.device, STEPS["cpu"])
 
     def cost(self, extra_steps: int = 0) -> float:
-        return (self.warm + self.timed + extra_steps) * self.step_s * 1.2 + 0.2
+        return decide.candidate_cost_s(self.step_s, self.warm + self.timed + extra_steps)
 
     def time_plan(self, plan: Plan, name: str, threads: list[int] | None = None) -> dict[int, float]:
         """Seconds per step of `plan` (at each thread count, on the same model) -> {threads: step_s}."""
@@ -252,8 +252,8 @@ def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any,
     if reason is None and prep.bundle.kind == "custom":
         reason = "a custom dataset's samples are not images the trial can make"
     if reason is None and forecast_step_s:
-        reason = decide.unaffordable(forecast_step_s, steps, prep.plan.device, sum(STEPS.get(
-            prep.plan.device, STEPS["cpu"])))
+        reason = decide.unaffordable(forecast_step_s, steps, prep.plan.device,
+                                    *STEPS.get(prep.plan.device, STEPS["cpu"]))
     if reason is not None:
         return prep, {"skipped": reason}
     before = prep.plan
