@@ -31,6 +31,7 @@ def test_dry_run_prints_the_plan(cli, setup) -> None:  # noqa: ANN001
     assert "6 per epoch x 3 epochs" in out  # floor(24 train images / 4)
     assert "workers      0" in out and "\x1b" not in out
     assert "(asked 0: asked)" not in out and "1 devices" not in out
+    assert "precision    bf16-mixed (as asked; " in out, "kept as asked: it must not read as if it was changed"
 
 
 def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001

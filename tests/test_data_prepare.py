@@ -122,6 +122,15 @@ def test_bench_loader_estimate_and_doctor_take_a_prepared_set(cli, tmp_path: Pat
     assert r.code == 2 and "inside SRC" in r.err
 
 
+def test_a_missing_or_empty_source_is_named_src(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    """The folder checks are shared with `train --data`, but here the folder is the SRC argument."""
+    for src in (tmp_path / "nowhere", tmp_path):
+        r = cli("data", "prepare", str(src), "--out", str(tmp_path.parent / f"{tmp_path.name}-dst"))
+        assert r.code == 2, r.err
+        assert r.err.startswith("fasttrain: error: SRC: ") and "--data" not in r.err, r.err
+        assert "Traceback" not in r.err + r.out
+
+
 def test_input_bound_verdict_names_the_measured_factor() -> None:
     from fasttrain.datasets.measured import gain_sentence
     from fasttrain.telemetry.verdict import _cheaper

@@ -167,6 +167,20 @@ def test_no_tune_runs_no_trial(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert not (tmp_path / "cache" / CACHE_FILE).exists()
 
 
+def test_the_dry_run_says_what_the_run_decides_about_the_trial(cli, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run long enough in steps (MIN_STEPS) but too short in seconds for two candidates: the forecast's step
+    time decides, and --dry-run gives the same reason the run then writes to its tuning.json."""
+    monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(decide, "MIN_STEPS", 1)
+    dry = _train(cli, tmp_path, "--dry-run")
+    line = next(x for x in dry.out.splitlines() if x.startswith("tuning"))
+    assert "skipped: the run is too short to repay a trial (two candidates ~" in line, dry.out
+    assert _train(cli, tmp_path).code == 0
+    found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
+    assert line == "tuning       skipped: " + found["skipped"]
+
+
 # -- one voice for loader workers: bench loader measures, doctor and train read it ---------------------------
 def test_workers_advice_names_the_measurement_caps_at_the_cores_or_says_unmeasured() -> None:
     from fasttrain.tuning.advice import workers_advice

@@ -6,6 +6,7 @@ DST and the same command resumes. Imports nothing heavy at module level: cli.py 
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ import typer
 
 from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
+
+SRC_FIX = "give an image folder: train/ and val/ with a sub-folder per class, or one tree of class sub-folders"
 
 data_app = typer.Typer(help="Prepare data sets: pack an image folder into resized WebDataset shards that load "
                             "several times faster.", no_args_is_help=True)
@@ -50,6 +53,10 @@ def prepare_cmd(
     try:
         outcome = prepare(src, out, image_size=image_size, scale=scale, shard_size=shard_size, workers=workers,
                           progress=show)
+    except UserError as exc:  # the folder checks are train's and name its --data; here the folder is SRC
+        show.stop()
+        raise UserError([dataclasses.replace(p, where="SRC", fix=SRC_FIX) if p.where.startswith("--data") else p
+                         for p in exc.problems], title=exc.title) from exc
     except KeyboardInterrupt:
         show.stop()
         print(f"interrupted: finished shards are kept in {out}; run the same command again to finish",

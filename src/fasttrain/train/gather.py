@@ -339,22 +339,23 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
 
 
 def _tuning_view(prep: Prepared) -> dict[str, Any]:
-    """What the tuning trial found (cached), or why none will run, for --dry-run."""
-    from fasttrain.train.tune import planned_steps, tuning_line
-    from fasttrain.tuning.decide import skip_reason
+    """What the tuning trial found (cached), or why none will run, for --dry-run: the run's own decision
+    (tune.no_trial_reason, with the forecast's step time the run would give it)."""
+    from fasttrain.train.tune import forecast_for_run, no_trial_reason, tuning_line
 
     if prep.tuning:
         return {"cached": True, **prep.tuning, "line": tuning_line({"cached": True, **prep.tuning})}
-    reason = skip_reason(planned_steps(prep.plan, prep.resolved.profile.optim.epochs), no_tune=prep.args.no_tune,
-                         cached=False, distributed=prep.plan.world_size > 1)
+    forecast = forecast_for_run(prep) if not prep.args.no_tune and prep.bundle.kind != "custom" else None
+    reason = no_trial_reason(prep, (forecast or {}).get("step_time_s"))
     findings = {"skipped": reason} if reason else None
     return {**(findings or {}), "line": tuning_line(findings)}
 
 
 def _chosen(value: Any, requested: Any, reason: str) -> str:
-    """`4 (as asked)`, or `2 (asked 4: only 2 cores)` when the plan changed what the profile asked for."""
-    if value == requested and reason in ("", "asked"):
-        return f"{value} (as asked)"
+    """`4 (as asked)`, `bf16-mixed (as asked; why)` when the plan kept it for a reason of its own, or
+    `2 (asked 4: only 2 cores)` when the plan changed what the profile asked for."""
+    if value == requested:
+        return f"{value} (as asked)" if reason in ("", "asked") else f"{value} (as asked; {reason})"
     return f"{value} (asked {requested}: {reason})"
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.gather import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_view
-from fasttrain.train.summary import (fault_report, forecast_for_run, highlights, interrupted_report,
-                                     resume_command, run_summary)
+from fasttrain.train.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
+from fasttrain.train.tune import forecast_for_run
 
 
 def seed_everything(seed: int) -> None:

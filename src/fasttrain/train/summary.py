@@ -44,23 +44,6 @@ def fault_report(trainer: Any, prep: Prepared, bundle: Any) -> dict[str, Any]:
             "last_good_checkpoint": str(trainer.last_good) if trainer.last_good else None}
 
 
-def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
-    """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
-    any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
-    try:
-        from fasttrain.estimate.gather import Request, forecast_for
-        req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
-                      dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
-                      image_size_flag=None, sets=[], gpu=None, loader=None)
-        fc, _ = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False)
-    except Exception:  # noqa: BLE001 - see docstring
-        return None
-    out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
-    if prep.plan.device == "cuda":
-        out["peak_memory_bytes"] = fc.memory.total
-    return {k: v for k, v in out.items() if v is not None} or None
-
-
 def run_summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, torch: Any) -> dict[str, Any]:
     if result is None:  # stopped before fit() began
         from fasttrain.train.outcome import FitResult

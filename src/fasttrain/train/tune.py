@@ -240,13 +240,26 @@ def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]
     return plan, findings
 
 
-def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any, dict[str, Any]]:
-    """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
-    there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
-    if getattr(prep, "tuning", None):
-        return prep, {"cached": True, **prep.tuning}
-    epochs = prep.resolved.profile.optim.epochs
-    steps = planned_steps(prep.plan, epochs)
+def forecast_for_run(prep: Any) -> dict[str, Any] | None:
+    """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
+    any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
+    try:
+        from fasttrain.estimate.gather import Request, forecast_for
+        req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
+                      dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
+                      image_size_flag=None, sets=[], gpu=None, loader=None)
+        fc, _ = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False)
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+    out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
+    if prep.plan.device == "cuda":
+        out["peak_memory_bytes"] = fc.memory.total
+    return {k: v for k, v in out.items() if v is not None} or None
+
+
+def no_trial_reason(prep: Any, forecast_step_s: float | None) -> str | None:
+    """Why this run (not cached) starts without a trial, or None: what the run does and what --dry-run says."""
+    steps = planned_steps(prep.plan, prep.resolved.profile.optim.epochs)
     reason = decide.skip_reason(steps, no_tune=prep.args.no_tune, cached=False,
                                 distributed=prep.world is not None or prep.plan.world_size > 1)
     if reason is None and prep.bundle.kind == "custom":
@@ -254,10 +267,19 @@ def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any,
     if reason is None and forecast_step_s:
         reason = decide.unaffordable(forecast_step_s, steps, prep.plan.device,
                                     *STEPS.get(prep.plan.device, STEPS["cpu"]))
+    return reason
+
+
+def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any, dict[str, Any]]:
+    """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
+    there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
+    if getattr(prep, "tuning", None):
+        return prep, {"cached": True, **prep.tuning}
+    reason = no_trial_reason(prep, forecast_step_s)
     if reason is not None:
         return prep, {"skipped": reason}
     before = prep.plan
-    plan, findings = run_trial(prep, before, epochs)
+    plan, findings = run_trial(prep, before, prep.resolved.profile.optim.epochs)
     why = (f"trial of {findings['spent_s']:.1f} s (budget {findings['budget_s']:.1f} s, "
            f"{findings['spent_s'] / max(findings['planned_run_s'], 1e-9):.0%} of the planned run)")
     plan = apply_choice(before, findings["choice"], tunable(prep.resolved.provenance), prep.resolved.profile, why)
