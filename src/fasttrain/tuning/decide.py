@@ -52,7 +52,7 @@ def unaffordable(forecast_step_s: float, planned_steps: int, device: str, warm: 
     """Why a trial is not worth starting, from the forecast step time: timing the plan (its warm-up, one more
     warm-up step that starts the process's thread pool and kernel caches, and its timed steps) and one candidate
     after it would take more than the whole budget -> the reason, else None. The same cost model as the trial's
-    own budget check (train/tune.py), so a trial that starts can always time a candidate. Pure.
+    own budget check (train/tune.py), so a trial that starts expects to time at least one candidate. Pure.
     Recorded: resnet18 at 64 px on the 2-core VM, 0.198 s steps, 156 planned steps: the plan alone took 1.08 s of
     a 1.55 s budget and nothing else fitted, so that trial learnt nothing."""
     budget = trial_budget_s(forecast_step_s, planned_steps, device)
