@@ -334,8 +334,14 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "base_batch": prep.resolved.profile.optim.base_batch,
         "plan": p.to_dict(),
         "tuning": _tuning_view(prep),
-        "notes": [n.line() for n in prep.resolved.notes] + list(p.notes),
+        "notes": plan_notes(prep),
     }
+
+
+def plan_notes(prep: Prepared) -> list[str]:
+    """The profile's notes, then the plan's: what the run's dashboard opens with (without the rest of plan_view,
+    whose tuning line would compute the forecast a second time)."""
+    return [n.line() for n in prep.resolved.notes] + list(prep.plan.notes)
 
 
 def _tuning_view(prep: Prepared) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
-from fasttrain.train.gather import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_view
+from fasttrain.train.gather import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_notes
 from fasttrain.train.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
 from fasttrain.train.tune import forecast_for_run
 
@@ -98,7 +98,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
                             telemetry=run.telemetry, forecast=run.forecast, quiet=quiet, plain=args.json,
                             data_kind=prep.bundle.kind, measured=_measured(prep),
                             input_gain=_input_gain(prep) if main else None)) as listener:
-        listener.on_run_start(plan, plan_view(prep)["notes"])
+        listener.on_run_start(plan, plan_notes(prep))
         if tuning:
             from fasttrain.train.tune import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))
