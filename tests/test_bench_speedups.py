@@ -184,3 +184,14 @@ def test_the_cuda_home_warning_of_torch_is_silenced(caplog: pytest.LogCaptureFix
         logger.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local/cuda")
         logger.warning("something else")
     assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_every_bench_rotates_its_rounds_one_way() -> None:
+    """bench/rounds.rotated: the order speedups, loader and the input paths time their candidates in."""
+    from fasttrain.bench.rounds import rotated
+    items = ["a", "b", "c", "d"]
+    assert [rotated(items, r) for r in range(3)] == [list("abcd"), list("bcda"), list("cdab")]
+    # bench loader: 8 settings over 3 rounds start 2 apart (8 // 3), so the rounds spread over the list
+    eight = list("abcdefgh")
+    assert [rotated(eight, r, step=2)[0] for r in range(5)] == ["a", "c", "e", "g", "a"]
+    assert rotated([], 3) == [] and rotated(["x"], 7) == ["x"]

@@ -12,7 +12,6 @@ sum is what the machine really gives up, and it is what the RAM budget is checke
 Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
 """
 from __future__ import annotations
-from fasttrain.core.format import fmt_bytes, plural
 
 import dataclasses
 import statistics
@@ -23,6 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fasttrain.bench.rounds import rotated
+from fasttrain.core.format import fmt_bytes, plural
 
 # The knee: the smallest worker count whose rate reaches this share of the best. Beyond it, each extra worker
 # adds < 5% for another process's worth of RAM and CPU taken from the training process.
@@ -330,8 +332,7 @@ def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batch
     """Every setting once per round; the order rotates each round."""
     samples = []
     for r in range(rounds):
-        shift = (r * max(1, len(settings) // max(1, rounds))) % max(1, len(settings))
-        for s in settings[shift:] + settings[:shift]:
+        for s in rotated(settings, r, step=max(1, len(settings) // max(1, rounds))):
             row = measure_setting(bundle, plan, s, batches=batches, max_seconds=max_seconds)
             row["round"] = r
             samples.append(row)

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fasttrain.bench.rounds import rotated
+
 BASELINE = "torchvision"
 # Each timed pass runs until --max-seconds or this many passes over the sample: a fast path finishing one pass in
 # a fraction of a second would otherwise be timed over a few clock ticks of CPU time (10 ms each).
@@ -175,11 +177,9 @@ def recommend_path(rows: list[dict[str, Any]], train_rate: float | None) -> str:
 def run_rounds(paths: dict[str, Callable[[], dict[str, Any]]], rounds: int,
                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Every path once per round, the order rotating by one each round."""
-    names = list(paths)
     samples = []
     for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(list(paths), r):
             row = paths[name]()
             row["round"] = r
             samples.append(row)

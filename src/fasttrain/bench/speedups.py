@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fasttrain.bench.rounds import rotated
+
 # torch.compile's C++ toolchain (torch.utils.cpp_extension, imported by inductor) logs "No CUDA runtime is found,
 # using CUDA_HOME=..." on a machine with a CUDA toolkit but no usable GPU: noise in the bench output, which
 # already says why CUDA settings are skipped.
@@ -347,10 +349,8 @@ def measure(candidates: list[Candidate], *, steps: int, rounds: int,
     """Interleaved rounds; the order rotates each round so no configuration always runs first or last."""
     results: list[dict[str, float]] = []
     for r in range(rounds):
-        shift = r % max(1, len(candidates))
-        order = candidates[shift:] + candidates[:shift]
         row: dict[str, float] = {}
-        for cand in order:
+        for cand in rotated(candidates, r):
             row[cand.variant.name] = run_steps(cand, steps)
         results.append(row)
         if progress is not None:
