@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Callable
 
 
 def _stopped_before_training(signum: int, frame: object) -> None:
@@ -229,7 +228,7 @@ def run() -> None:
     sys.exit(code)
 
 
-def leave_worker(code: int, exit_now: Callable[[int], None] = os._exit) -> None:
+def leave_worker(code: int) -> None:
     """End a torchrun worker whose command is done, without the interpreter's teardown.
 
     Its process group is destroyed and its files are closed by now, but tearing down what is left of torch's C++
@@ -246,7 +245,7 @@ def leave_worker(code: int, exit_now: Callable[[int], None] = os._exit) -> None:
                 stream.flush()
             except Exception:  # noqa: BLE001 - a closed or broken pipe: nothing more can be said
                 pass
-        exit_now(code)
+        os._exit(code)
 
 
 if __name__ == "__main__":
