@@ -42,6 +42,10 @@ from conftest import child_env
 from docs_commands import DocCommand, Outcome, collect, run_capped, split_and
 from image_tree import write_tree
 
+# The suite's workers share the machine's cores: a training child with every core's OpenMP threads next to another
+# one spins against it (runs measured 50x slower, capped before their first epoch). One thread each, as the
+# other subprocess tests run; the thread decisions themselves are tested in process.
+SHARED_CORES = {"OMP_NUM_THREADS": "1"}
 TRAIN_CAP_S = 60.0       # a train line still starting after this fails
 TRAIN_STEPS_S = 12.0     # seconds after its start line before SIGTERM, unless an epoch is done by then
 BENCH_CAP_S = 30.0
@@ -115,8 +119,10 @@ class Fixtures:
             work = self.root / "base-work"
             last = work / "runs" / "base" / "last.pt"
             work.mkdir(exist_ok=True)
-            outcome = run_capped(["train", "--epochs", "2", "--run-name", "base"], work, child_env(), TRAIN_CAP_S,
-                                 lambda out, elapsed: last.exists())      # epoch 1 saved: stop it in epoch 2
+            # SIGTERM right after optimizer step 90 (the shapes set's 84 steps are epoch 1): a hook, not a clock,
+            # so a fast epoch (decoded images: ~2 s) cannot finish before the signal lands.
+            env = {**child_env(SHARED_CORES), "FASTTRAIN_TEST_SIGNAL_AT_STEP": "90"}
+            outcome = run_capped(["train", "--epochs", "2", "--run-name", "base"], work, env, TRAIN_CAP_S)
             assert last.exists() and "(epoch 2, batch" in outcome.out, (
                 f"the session's base run wrote no mid-epoch checkpoint:\n{outcome.out}")
             self._base = work / "runs" / "base"
@@ -129,7 +135,7 @@ class Fixtures:
             r = subprocess.run([sys.executable, "-m", "fasttrain", "bench", "speedups", "--model", "tiny_cnn",
                                 "--image-size", "16", "--batch-size", "8", "--steps", "1", "--rounds", "1",
                                 "--warmup", "1", "--skip", "compile", "--out", str(out), "--json"],
-                               cwd=self.root, env=child_env(), capture_output=True, text=True, timeout=300)
+                               cwd=self.root, env=child_env(SHARED_CORES), capture_output=True, text=True, timeout=300)
             assert r.returncode == 0 and (out / "result.json").exists(), f"bench speedups fixture failed:\n{r.stdout}{r.stderr}"
             self._speedups = out
         return self._speedups
@@ -216,7 +222,7 @@ def run_doc_command(cmd: DocCommand, fx: Fixtures, cwd: Path) -> list[Outcome]:
             f"or list the line in NOT_RUNNABLE with the reason")
         sub = subcommand(words)
         cap = TRAIN_CAP_S if sub == "train" else BENCH_CAP_S if sub in PROGRESS else OTHER_CAP_S
-        outcome = run_capped(prepare(cmd, words, cwd, fx, written), cwd, child_env(), cap, stop_rule(sub))
+        outcome = run_capped(prepare(cmd, words, cwd, fx, written), cwd, child_env(SHARED_CORES), cap, stop_rule(sub))
         outcome.notes.append(sub)
         outcomes.append(outcome)
         if outcome.code != 0:

@@ -77,10 +77,14 @@ def test_estimate_and_train_dry_run_with_four_processes(cli, monkeypatch: pytest
     d = json.loads(res.out)
     assert d["forecast"]["loader"]["workers"] == 3
     monkeypatch.setattr("fasttrain.train.gather.probe", g5_12x_small)
-    res = cli("train", "--profile", "aws-a10g", "--data", "synthetic", "--nproc-per-node", "4", "--dry-run")
+    res = cli("train", "--profile", "aws-a10g", "--data", "shapes", "--nproc-per-node", "4", "--dry-run")
     assert res.code == 0, res.err
     assert "workers      3 (asked 12: 4 processes share 16 cores and the 31.0 GiB loader budget)" in res.out
     assert "note         workers 12 -> 3 per process: 4 processes share 16 cores" in res.out
+    # tensors in memory need no worker, however many processes share the machine
+    res = cli("train", "--profile", "aws-a10g", "--data", "synthetic", "--nproc-per-node", "4", "--dry-run")
+    assert res.code == 0, res.err
+    assert "workers      0 (asked 12: synthetic data are tensors in memory: nothing to decode per step" in res.out
 
 
 def test_profiles_show_reports_the_cap_as_a_note(cli) -> None:  # noqa: ANN001

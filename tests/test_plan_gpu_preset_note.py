@@ -48,6 +48,12 @@ def test_train_dry_run_prints_the_note(cli, tmp_path: Path, monkeypatch) -> None
         for i in range(8):
             Image.new("RGB", (16, 16), (i * 20, 0, 0)).save(tmp_path / "train" / cls / f"{i}.png")
     r = cli("train", "--dry-run", "--profile", "kaggle-t4", "--data", str(tmp_path), "--model", "tiny_cnn",
-            "--set", "loader.batch_size=4")
+            "--set", "loader.batch_size=4", "--set", "loader.decode_once=false")  # the per-image path's workers
     assert r.code == 0, r.err
     assert NOTE in " ".join(r.out.split())
+    # decoded once into RAM, the same run has no loader worker to take cores from compute
+    r = cli("train", "--dry-run", "--profile", "kaggle-t4", "--data", str(tmp_path), "--model", "tiny_cnn",
+            "--set", "loader.batch_size=4")
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    assert "the plan falls back to the CPU" in out and "loader worker" not in out

@@ -89,7 +89,8 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
             deleted.append(self.schedule.step)
         return out
     monkeypatch.setattr(Trainer, "_train_batch", train_batch)
-    res, run = train(data, "--json", "--epochs", "3")
+    # the per-image path reads the files every epoch (decoded once into RAM, they would not be read again)
+    res, run = train(data, "--json", "--epochs", "3", "--set", "loader.decode_once=false")
     assert deleted == [8]
     assert res.code == 1, res.err
     assert "epoch 2: 16 of 24 files could not be read" in res.err, res.err
@@ -98,6 +99,24 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
     assert "Traceback" not in res.err and _only_an_error(res.out, 1) and not (run / "summary.json").exists()
     from fasttrain.train import checkpoint as ck
     assert ck.load(run / "last.pt")["epoch"] == 1  # epoch 1's checkpoint is kept, nothing after it claimed
+
+
+def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from fasttrain.train.loop import Trainer
+    data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch, decoded into RAM in epoch 1
+    original = Trainer._train_batch
+
+    def train_batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        out = original(self, *args, **kwargs)
+        if self.schedule.step == 8 and data.exists():
+            shutil.rmtree(data)
+        return out
+    monkeypatch.setattr(Trainer, "_train_batch", train_batch)
+    res, run = train(data, "--json", "--epochs", "3")
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert not data.exists() and summary["epochs_run"] == 3 and summary["bad_files"] == 0
+    assert [h["train_images"] for h in summary["history"]] == [24, 24, 24]
 
 
 def _only_an_error(stdout: str, code: int) -> bool:

@@ -199,7 +199,13 @@ def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, mon
     write_tree(data / "train", {"a": 8, "b": 8})
     write_tree(data / "val", {"a": 2, "b": 2}, seed=1)
     sizes = ("--image-size", "16", "--set", "loader.batch_size=4")
-    train = ("train", "--data", str(data), "--profile", "cpu", *sizes, "--dry-run", "--json")
+    # Decoded once into RAM (the default for a folder this small on a CPU), train runs no worker at all ...
+    decoded = json.loads(cli("train", "--data", str(data), "--profile", "cpu", *sizes, "--dry-run", "--json").out)
+    assert decoded["plan"]["workers"] == 0 and decoded["plan"]["in_memory"]
+    assert "decoded once into RAM" in decoded["plan"]["workers_reason"]
+    # ... and the per-image path's worker count is the one bench loader, doctor and train share.
+    train = ("train", "--data", str(data), "--profile", "cpu", *sizes, "--set", "loader.decode_once=false",
+             "--dry-run", "--json")
     before = json.loads(cli(*train).out)["plan"]
     assert "unmeasured here" in before["workers_reason"]
     res = cli("bench", "loader", "--data", str(data), "--profile", "cpu", *sizes, "--rounds", "1", "--batches", "2",
@@ -213,6 +219,7 @@ def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, mon
     rec = json.loads(cli("doctor", "--json").out)["recommendation"]
     assert rec["settings"]["loader.num_workers"] == measured
     assert "here (bench loader, " in rec["reasons"]["loader.num_workers"]
+    assert "loader.decode_once" in rec["reasons"]["loader.num_workers"]  # doctor says when the count is unused
     # the user's own count is the user's: the measurement does not replace it
     own = json.loads(cli(*train, "--set", "loader.num_workers=0").out)["plan"]
     assert own["workers"] == 0 and "bench loader" not in own["workers_reason"]

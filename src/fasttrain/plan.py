@@ -79,6 +79,7 @@ class Plan:
     dataset_size: int | None = None
     iterations_per_epoch: int | None = None
     cpu_threads: int | None = None  # compute threads on the CPU; None: cores minus loader workers (models/setup.py)
+    in_memory: bool = False     # no sample is decoded per step (tensors in memory, images decoded once into RAM)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -119,16 +120,16 @@ def cores_per_process_workers(cores: int, processes_per_node: int) -> int:
 def _workers(profile: Profile, report: HardwareReport, budget: int, in_memory: str | None = None,
              measured: list[Measurement] | None = None) -> tuple[int, str, str | None]:
     """-> (workers per process, why, a plan note when several processes on this machine had to share it).
-    `in_memory`: the data's kind when its samples need no decoding (tensors in memory): 0 workers, so every core
-    computes (a worker would only pass tensors across a process boundary); a measured trial may say otherwise.
+    `in_memory`: why the data's samples need no decoding per step (tensors in memory, images decoded once into RAM):
+    0 workers, so every core computes (a worker would only pass tensors across a process boundary).
     `measured`: loader measurements for this data (None: the user chose the count): the count doctor recommends
     too (tuning/advice.workers_advice), then the caps below."""
     asked = profile.loader.num_workers
     per_node = profile.world.gpus_per_node
+    if in_memory and asked:
+        return 0, f"{in_memory}: nothing to decode per step, every core computes", None
     if per_node > 1:
         return _shared_workers(profile, report, budget)
-    if in_memory and asked:
-        return 0, f"{in_memory} data are tensors in memory: nothing to decode, every core computes", None
     workers, reasons = asked, []
     if measured is not None and not in_memory:
         advice = workers_advice(measured, asked, report.cores)
@@ -167,7 +168,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
               extra_notes: tuple[str, ...] = (), in_memory: str | None = None,
               measured_workers: list[Measurement] | None = None) -> Plan:
     """The profile resolved against this machine. `extra_notes`: the caller's own reasons (an automatic batch's
-    explanation), shown after the plan's. `in_memory`: the data's kind when it needs no decoding; `measured_workers`:
+    explanation), shown after the plan's. `in_memory`: why the data need no decoding per step; `measured_workers`:
     loader measurements for this data, None when the user set the worker count (see _workers)."""
     check_image_size(profile.loader.image_size, "loader.image_size")
     cuda = report.has_cuda
@@ -208,7 +209,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         drop_last=profile.loader.drop_last, image_size=profile.loader.image_size,
         loader_ram_bytes=ar.loader_ram_bytes(workers, profile.loader.prefetch_factor, profile.batch_bytes,
                                              profile.world.gpus_per_node),
-        ram_budget_bytes=budget, notes=[*notes, *extra_notes],
+        ram_budget_bytes=budget, notes=[*notes, *extra_notes], in_memory=bool(in_memory) and workers == 0,
     )
     if dataset_size is not None:
         plan.dataset_size = dataset_size

@@ -13,6 +13,7 @@ from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.bundle import BadSample, DataBundle
+from fasttrain.datasets.decoded import DecodeBudget
 from fasttrain.profiles.schema import AugmentSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
@@ -54,9 +55,11 @@ class ImageFiles:
 
 
 def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = 0.1,
-                   strict: bool = False, num_classes: int | None = None) -> DataBundle:
+                   strict: bool = False, num_classes: int | None = None,
+                   decode: DecodeBudget | None = None) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
-    a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes)."""
+    a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes).
+    `decode`: image folders that fit it are decoded once into RAM (datasets/decoded.py); None: never."""
     from fasttrain.datasets.sampler import check_seed
     check_seed(seed)  # numpy's default_rng refuses negatives, torch overflows: refuse before any of them sees it
     if not spec or not spec.strip():
@@ -69,18 +72,20 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
         from fasttrain.datasets.shapes import ensure_shapes
 
         # The set itself is fixed (data seed 0); `seed` still drives the split, order and augmentation.
-        return _image_bundle(ensure_shapes(seed=0), "shapes", image_size, augment, seed, val_fraction, strict)
+        return _image_bundle(ensure_shapes(seed=0), "shapes", image_size, augment, seed, val_fraction, strict,
+                             decode)
     if spec == "synthetic":
         return DataBundle(train=None, val=None, num_classes=num_classes or SYNTHETIC_NUM_CLASSES,
                           class_names=[], kind="synthetic", source="synthetic",
-                          train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict)
+                          train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict,
+                          in_memory="synthetic data are tensors in memory")
     path = Path(spec).expanduser()
     from fasttrain.datasets.shards import is_prepared, shard_bundle
 
     if path.is_dir() and is_prepared(path):
         return shard_bundle(path, spec, image_size, augment, strict)
     if path.exists() or "/" in spec or spec.startswith("."):
-        return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict)
+        return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict, decode)
     if ":" in spec:
         from fasttrain.datasets.custom import custom_bundle
 
@@ -90,10 +95,22 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
 
 
 def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, seed: int, val_fraction: float,
-                  strict: bool) -> DataBundle:
+                  strict: bool, decode: DecodeBudget | None) -> DataBundle:
     from fasttrain.datasets.image_folder import find_splits
 
     class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
+    note = None
+    if decode is not None:
+        from fasttrain.datasets.decoded import decode_splits
+
+        decoded = decode_splits(train_samples, val_samples, image_size, augment, decode)
+        if not isinstance(decoded, str):
+            train_set, val_set, note = decoded
+            return DataBundle(train=train_set, val=val_set, num_classes=len(class_names), class_names=class_names,
+                              kind="images", source=source, train_size=len(train_set), val_size=len(val_set),
+                              strict=strict, in_memory="the images are decoded once into RAM",
+                              input_note=note)
+        note = f"images decoded per epoch by loader workers: {decoded}"
     from fasttrain.datasets.transforms import train_transform, val_transform
 
     from fasttrain.datasets.fast_decode import FastImageFiles, mostly_jpeg
@@ -103,7 +120,7 @@ def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec
     train = files(train_samples, train_transform(augment, image_size))
     val = files(val_samples, val_transform(image_size))
     return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
-                      source=source, train_size=len(train), val_size=len(val), strict=strict)
+                      source=source, train_size=len(train), val_size=len(val), strict=strict, input_note=note)
 
 
 class SyntheticBatches:

@@ -42,6 +42,11 @@ class DataBundle:
     val_size: int = 0
     strict: bool = False
     bad: BadFiles = field(default_factory=BadFiles)
+    # Why no sample needs decoding per step (tensors in memory, images decoded once into RAM), or None: the plan
+    # then runs 0 loader workers and gives every core to compute.
+    in_memory: str | None = None
+    # How the images reach the step, for the plan's notes (decoded once into RAM, or why not); None: nothing to say.
+    input_note: str | None = None
 
     def bad_files(self) -> list[str]:
         """Paths of corrupt or unreadable files skipped so far (read by the loop for the dashboard/summary)."""

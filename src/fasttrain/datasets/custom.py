@@ -50,7 +50,7 @@ def custom_bundle(spec: str, num_classes: int | None) -> Any:
     names = list(getattr(train, "classes", [])) if isinstance(getattr(train, "classes", None), (list, tuple)) else []
     return DataBundle(train=train, val=val, num_classes=classes, class_names=[str(n) for n in names] or
                       [str(i) for i in range(classes)], kind="custom", source=spec, train_size=len(train),
-                      val_size=len(val))
+                      val_size=len(val), in_memory="custom data are tensors in memory")
 
 
 # Ranks of one sample's input the training step can batch and feed a model: features (1), sequences (2),

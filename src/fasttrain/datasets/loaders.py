@@ -14,12 +14,7 @@ from typing import Any
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.plan import Plan
-from fasttrain.datasets.sampler import EpochSampler
-
-
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """Seed of the random augmentation of one sample in one epoch (a 63-bit mix; collisions are harmless)."""
-    return ((seed * 1_000_003 + epoch) * 10_000_019 + index) % (2**63 - 1)
+from fasttrain.datasets.sampler import EpochSampler, sample_seed
 
 
 class SeededIndices:
@@ -92,25 +87,67 @@ class Loader:
             yield images, targets
 
     def _skip(self, bad: list[tuple[str, str]]) -> None:
-        if self.bundle.strict:
-            path, reason = bad[0]
-            raise UserError([Problem("--strict-data", f"cannot read image {path}: {reason}",
-                                     "fix or remove the file, or run without --strict-data to skip and count it")])
-        self.bundle.bad.record([tuple(b) for b in bad])  # pin_memory may have turned tuples into lists
+        skip_bad(self.bundle, bad)
+
+
+def skip_bad(bundle: DataBundle, bad: list[tuple[str, str]]) -> None:
+    """Count the files a batch lost in the bundle, or in strict mode stop with a UserError naming the first."""
+    if bundle.strict:
+        path, reason = bad[0]
+        raise UserError([Problem("--strict-data", f"cannot read image {path}: {reason}",
+                                 "fix or remove the file, or run without --strict-data to skip and count it")])
+    bundle.bad.record([tuple(b) for b in bad])  # pin_memory may have turned tuples into lists
+
+
+class DecodedLoader:
+    """Batches of images decoded once into RAM (datasets/decoded.py), made in the training process: the sampler's
+    order cut into batches, each augmented at once; every image's crop and flip come from its own (seed, epoch,
+    index) key, so batch size, rank count and a resume leave them unchanged. Yields what Loader yields."""
+
+    num_workers = 0
+
+    def __init__(self, dataset: Any, bundle: DataBundle, sampler: EpochSampler, batch_size: int, drop_last: bool):
+        self.dataset, self.bundle, self.sampler = dataset, bundle, sampler
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        from fasttrain.datasets.batch_augment import sample_keys
+
+        order = list(self.sampler)
+        keys = sample_keys(self.sampler.seed, self.sampler.epoch, order)
+        last = len(self) - 1
+        for k in range(last + 1):
+            cut = slice(k * self.batch_size, (k + 1) * self.batch_size)
+            images, targets, bad = self.dataset.batch(order[cut], keys[cut])
+            if k == last and self.sampler.world == 1:  # before the last yield: a loop may stop drawing after it
+                self.dataset.pass_done()
+            if bad:
+                skip_bad(self.bundle, bad)
+            if images is not None:
+                yield images, targets
 
 
 def build_loaders(bundle: DataBundle, plan: Plan, *, seed: int, epoch_sampler: EpochSampler | None = None,
-                  val_batch_size: int | None = None) -> tuple[Loader, Loader]:
+                  val_batch_size: int | None = None) -> tuple[Loader | DecodedLoader, Loader | DecodedLoader]:
     """(train loader, val loader). `epoch_sampler` defaults to a shuffled one from `seed` and plan.drop_last."""
     if bundle.kind == "synthetic":
         raise ValueError("synthetic data has no loaders: iterate datasets.SyntheticBatches on the device instead")
     import torch
     from torch.utils.data import DataLoader
 
+    from fasttrain.datasets.decoded import DecodedImages
+
     if epoch_sampler is None:
         epoch_sampler = EpochSampler(len(bundle.train), seed=seed, shuffle=True, drop_last=plan.drop_last)
     val_sampler = EpochSampler(len(bundle.val), seed=seed, shuffle=False, rank=epoch_sampler.rank,
                                world=epoch_sampler.world, drop_last=False, pad=False)
+    if isinstance(bundle.train, DecodedImages):
+        return (DecodedLoader(bundle.train, bundle, epoch_sampler, plan.batch_size, plan.drop_last),
+                DecodedLoader(bundle.val, bundle, val_sampler, val_batch_size or plan.batch_size, False))
     images = bundle.kind == "images"
     workers = plan.workers
     common: dict[str, Any] = {

@@ -25,6 +25,11 @@ def check_seed(seed: object, where: str = "--seed") -> int:
     return seed
 
 
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """Seed of the random augmentation of one sample in one epoch (a 63-bit mix; collisions are harmless)."""
+    return ((seed * 1_000_003 + epoch) * 10_000_019 + index) % (2**63 - 1)
+
+
 class EpochSampler:
     def __init__(self, dataset_size: int, seed: int = 0, shuffle: bool = True, rank: int = 0, world: int = 1,
                  drop_last: bool = False, pad: bool = True):

@@ -214,6 +214,9 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
             why.append(f"capped at {by_shm} by /dev/shm ({fmt_bytes(shm)} free)")
             rec.notes.append(f"/dev/shm is small: start the container with --shm-size={wanted_gib}g to use "
                              f"{advice.value} workers")
+    if not cuda and preset.loader.decode_once:
+        why.append("unused where train decodes the images once into RAM (an image folder whose pixels fit, crop and "
+                   "flip augmentation; loader.decode_once)")
     rec.set("loader.num_workers", workers, "; ".join(why))
     rec.set("loader.prefetch_factor", prefetch if workers else None,
             f"the preset's {prefetch}" if workers else "no workers: nothing to prefetch")

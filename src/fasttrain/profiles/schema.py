@@ -63,6 +63,9 @@ class LoaderSpec(_Section):
     persistent_workers: bool = False
     drop_last: bool = True
     image_size: int = Field(224, gt=0, le=16384, description="training crop, pixels")
+    decode_once: bool = Field(True, description="CPU runs: an image folder whose decoded pixels fit a quarter of "
+                              "the loader RAM budget is decoded once into RAM and augmented a batch at a time, "
+                              "with no loader workers (crop and flip augmentation only)")
     batch_overhead: float = Field(
         1.5625, ge=1, le=100, description="host bytes per decoded batch over the raw tensor (A10G note: 147 -> 230 MB)")
 

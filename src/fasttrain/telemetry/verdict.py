@@ -37,6 +37,11 @@ TRANSFER_BOUND_FRACTION = 0.20
 MAX_WAIT_FRACTION_FOR_SIZING = 0.9
 # No RAM search beyond this many workers: past it, process start-up and IPC cost more than they bring.
 MAX_WORKERS_CONSIDERED = 64
+# Data held in memory wait only for the training process itself: in the first epoch of images decoded once into
+# RAM, each image is decoded the first time a batch draws it; later epochs and runs read RAM (datasets/decoded.py).
+IN_MEMORY_WAIT = ("the data are made in the training process (images decoded once into RAM are decoded the first "
+                  "time a batch draws them; later epochs and runs read RAM); lighter augmentation, or "
+                  "--set loader.decode_once=false to decode in loader workers instead")
 # PyTorch's own default when prefetch_factor is not set.
 TORCH_DEFAULT_PREFETCH = 2
 
@@ -133,6 +138,8 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
     head = f"input-bound: {wait:.0%} of each step waits for data"
     if util is not None:
         head += f" (GPU busy {util:.0f}%)"
+    if plan.in_memory:  # no workers to add: the wait is the training process's own decoding and augmentation
+        return Verdict("input-bound", f"{head}: {IN_MEMORY_WAIT}", suggested_workers=0)
     need = workers_needed(plan.workers, wait)
     ram = ram_allows_workers(plan)
     cores = cores_allow_workers(report)

@@ -11,7 +11,9 @@ import torch
 
 @dataclass
 class EpochSums:
-    loss: torch.Tensor          # sum of the finite batch losses (device scalar: no sync per step)
+    # Sum of the finite batch losses: a float64 device scalar (no sync per step). float32 losses add exactly in
+    # float64, so the sum does not depend on the order: a pass resumed mid-epoch reports the same loss.
+    loss: torch.Tensor
     nonfinite: torch.Tensor     # batches whose loss was not finite (device scalar)
     images: int                 # images this rank trained on
     started: float              # perf_counter() at the epoch's start (earlier when resumed mid-epoch)
@@ -21,7 +23,7 @@ class EpochSums:
         """The sums a pass starts from: a checkpoint's `partial` ({} for a fresh epoch). They are over all
         ranks, so only one rank (`carry`) takes them on; the elapsed seconds are every rank's."""
         own = partial if carry else {}
-        return cls(loss=torch.full((), float(own.get("loss_sum", 0.0)), device=device),
+        return cls(loss=torch.full((), float(own.get("loss_sum", 0.0)), device=device, dtype=torch.float64),
                    nonfinite=torch.full((), int(own.get("nonfinite", 0)), device=device, dtype=torch.long),
                    images=int(own.get("images", 0)),
                    started=time.perf_counter() - float(partial.get("seconds", 0.0)))

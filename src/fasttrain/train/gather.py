@@ -178,8 +178,10 @@ def prepare(given: TrainArgs) -> Prepared:
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
     from fasttrain.datasets.build import build_datasets
+    from fasttrain.datasets.decoded import decode_budget
     bundle = build_datasets(args.data, image_size=resolved.profile.loader.image_size, augment=resolved.profile.augment,
-                            seed=args.seed, strict=args.strict_data, num_classes=args.num_classes)
+                            seed=args.seed, strict=args.strict_data, num_classes=args.num_classes,
+                            decode=decode_budget(resolved.profile, report))
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
                                  "drop --num-classes for image folders", args.num_classes)])
@@ -238,16 +240,18 @@ def check_runs_dir(target: Path) -> None:
                 pass
 
 
-IN_MEMORY_KINDS = ("synthetic", "custom")  # samples that need no decoding: tensors made or held in memory
-
-
 def _make_plan(resolved: Resolved, report: HardwareReport, bundle: Any, notes: list[str]) -> Plan:
     """make_plan, with the run's own notes (an auto batch's explanation) after the plan's. Data in memory get
-    0 workers unless the user set loader.num_workers (the preset's count is for decoding images)."""
+    0 workers unless the user set loader.num_workers (the preset's count is for decoding images); images decoded
+    once into RAM always do (no worker has anything to do)."""
     own = not resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default"))
-    in_memory = bundle.kind if bundle.kind in IN_MEMORY_KINDS and not own else None
+    decoded = bundle.kind == "images" and bundle.in_memory is not None
+    if decoded and report.has_cuda:  # a dry run planned for a GPU machine: there its workers decode (decoded.py)
+        decoded, bundle = False, replace(bundle, in_memory=None, input_note=None)
+    in_memory = bundle.in_memory if decoded or not own else None
     measured = None if own or in_memory else _loader_measured(report, bundle.kind, resolved.profile.loader)
-    return make_plan(resolved.profile, report, dataset_size=bundle.train_size, extra_notes=tuple(notes),
+    input_note = (f"input: {bundle.input_note}",) if bundle.input_note else ()
+    return make_plan(resolved.profile, report, dataset_size=bundle.train_size, extra_notes=(*input_note, *notes),
                      in_memory=in_memory, measured_workers=measured)
 
 

@@ -40,7 +40,9 @@ def tunable(provenance: dict[str, str]) -> set[str]:
 
 
 def trial_key(prep: Any) -> TrialKey:
-    return TrialKey(machine=machine_id(prep.report), model=prep.model_name, data_kind=prep.bundle.kind,
+    decoded = prep.bundle.kind == "images" and prep.bundle.in_memory is not None  # no workers: another split
+    return TrialKey(machine=machine_id(prep.report), model=prep.model_name,
+                    data_kind="images-in-ram" if decoded else prep.bundle.kind,
                     image_size=prep.plan.image_size, batch=prep.plan.batch_size,
                     torch=prep.report.torch.version or "unknown")
 
@@ -212,7 +214,7 @@ def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]
     base = trial.time_plan(plan, "the plan")
     trial.step_s = next(iter(base.values()))
     trial.budget = decide.trial_budget_s(trial.step_s, steps, plan.device)
-    if plan.device == "cpu" and prep.bundle.kind not in ("synthetic", "custom") and "OMP_NUM_THREADS" not in os.environ:
+    if plan.device == "cpu" and prep.bundle.in_memory is None and "OMP_NUM_THREADS" not in os.environ:
         plan = _split_step(trial, plan, allowed, cores, found, today)
     current = trial.step_s
     for name, value in _flips(plan, allowed, prep.report):
