@@ -208,3 +208,32 @@ def test_an_in_memory_run_waiting_for_data_is_not_told_to_add_workers() -> None:
                       "compute_fraction": 0.55}, plan, machine)
     assert verdict.kind == "input-bound" and verdict.suggested_workers == 0
     assert "loader.decode_once=false" in verdict.text and "num_workers" not in verdict.text
+
+
+def test_doctor_says_what_train_does_with_the_folder(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    write_tree(tmp_path / "d" / "train", {"a": 8, "b": 8}, size=20)
+    write_tree(tmp_path / "d" / "val", {"a": 2, "b": 2}, size=20, seed=1)
+    found = {f["id"]: f for f in json.loads(cli("doctor", "--data", str(tmp_path / "d"), "--profile", "cpu",
+                                                "--json").out)["findings"]}
+    assert found["input-path"]["title"] == "--data is an image folder that fits in RAM decoded"
+    assert "decodes the 20 images once into RAM" in found["input-path"]["detail"]
+    found = {f["id"]: f for f in json.loads(cli("doctor", "--data", str(tmp_path / "d"), "--profile", "gcp-v100",
+                                                "--json").out)["findings"]}
+    assert "every epoch decodes" in found["input-path"]["title"]
+    assert ("augment.rotation_degrees, augment.translate, augment.color_jitter and augment.random_erasing need the "
+            "per-image pipeline") in found["input-path"]["detail"]
+
+
+def test_estimate_forecasts_the_path_train_takes(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    write_tree(tmp_path / "d" / "train", {"a": 8, "b": 8}, size=20)
+    write_tree(tmp_path / "d" / "val", {"a": 2, "b": 2}, size=20, seed=1)
+    args = ("estimate", "--data", str(tmp_path / "d"), "--profile", "cpu", "-m", "tiny_cnn", "--image-size", "16",
+            "--set", "loader.batch_size=4", "--json")
+    res = cli(*args)
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["forecast"]["loader"]["workers"] == 0 and "decoded once into RAM" in out["forecast"]["loader"]["source"]
+    assert "input: train decodes the 20 images once into RAM" in " ".join(out["plan_notes"])
+    per_image = json.loads(cli(*args, "--set", "loader.decode_once=false").out)
+    assert per_image["forecast"]["loader"]["workers"] == 1
+    assert "decoded once" not in per_image["forecast"]["loader"]["source"]

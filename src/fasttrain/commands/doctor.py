@@ -96,7 +96,7 @@ def doctor_cmd(
     facts = None
     if data is not None:
         from fasttrain.doctor.checks import data_facts
-        facts = data_facts(data)
+        facts = data_facts(data, prof, report)
     findings = doctor.run_rules(report, prof, target, profile_label=label, data=facts)
     rec = recommend(report, _measured(report))
     written = None

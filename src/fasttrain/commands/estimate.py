@@ -71,8 +71,11 @@ def estimate_cmd(
     if req.batch_flags:
         resolved = g.resolve_profile(ref, req)
     prof = resolved.profile
+    decoding = None
     if data is not None:
-        count, sample = g.sample_data(data, prof)
+        decoding = g.decoded_here(data, prof, local, gpu)
+        req.in_memory = "the images are decoded once into RAM" if decoding else None
+        count, sample = g.sample_data(data, prof, req.in_memory)
         req.dataset_size, req.loader = count, sample
         req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
@@ -80,6 +83,8 @@ def estimate_cmd(
     if auto_note:
         target.plan.notes.append(auto_note)
     notes = g.plain_notes(resolved) + target.plan.notes   # the profile's notes, then the plan's
+    if decoding:
+        notes.append(f"input: {decoding}")
     payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
                                "forecast": fc.to_dict(), "plan_notes": notes}
     measured = _measure(prof, req, local, measure_steps) if measure else None

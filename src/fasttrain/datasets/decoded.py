@@ -66,6 +66,15 @@ def unbatched_augment(augment: AugmentSpec) -> list[str]:
     return [f"augment.{name}" for name, value in steps.items() if value > 0]
 
 
+def per_image_reason(augment: AugmentSpec) -> str | None:
+    """"augment.x and augment.y need the per-image pipeline", or None when batch_augment does them all. Pure."""
+    names = unbatched_augment(augment)
+    if not names:
+        return None
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{listed} need{'s' if len(names) == 1 else ''} the per-image pipeline"
+
+
 def fit_reason(images: int, max_h: int, max_w: int, image_size: int, budget: int) -> str | None:
     """Why a set of `images` padded to max_h x max_w cannot be decoded once into a RAM budget of `budget`
     bytes, or None when it can. Pure."""
@@ -251,9 +260,9 @@ def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: Augme
 def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], image_size: int, augment: AugmentSpec,
                   budget: DecodeBudget) -> tuple[DecodedImages, DecodedImages, str] | str:
     """(train, val, what happens in words) held decoded in RAM, or why the per-image path stays."""
-    unbatched = unbatched_augment(augment)
-    if unbatched:
-        return f"{' and '.join(unbatched)} need{'s' if len(unbatched) == 1 else ''} the per-image pipeline"
+    per_image = per_image_reason(augment)
+    if per_image is not None:
+        return per_image
     train_set = open_decoded(train, image_size, augment, budget.ram_bytes, budget)
     if isinstance(train_set, str):
         return train_set
@@ -267,6 +276,25 @@ def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], imag
             else "each the first time a batch draws it, then cached")
     return train_set, val_set, (f"the {len(train) + len(val):,} images are decoded once into RAM "
                                 f"({fmt_bytes(total)}, {when}) and augmented a batch at a time")
+
+
+def would_decode(root: Path, profile: Profile, report: HardwareReport) -> str:
+    """What `train --data root` does with the images on this machine, in words, reading headers only (doctor)."""
+    from fasttrain.datasets.image_folder import find_splits
+
+    budget = decode_budget(profile, report)
+    if budget is None:
+        return ("train decodes every image each epoch in loader workers (" +
+                ("loader.decode_once is off)" if not profile.loader.decode_once else "on a GPU)"))
+    _, train, val = find_splits(root, seed=0, val_fraction=0.1)
+    why = per_image_reason(profile.augment)
+    sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes) if why is None else why
+    if isinstance(sized, str):
+        return f"train decodes every image each epoch in loader workers: {sized}"
+    pixels = len(train + val) * 3 * int(sized[0][:, 0].max()) * int(sized[0][:, 1].max())  # type: ignore[index]
+    from fasttrain.core.format import fmt_bytes
+    return (f"train decodes the {len(train + val):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
+            "batch at a time, with no loader workers")
 
 
 def save_pixels(path: Path, pixels: Any, sizes: Any, bad: dict[int, str]) -> bool:

@@ -20,6 +20,7 @@ from fasttrain.doctor import host as h
 from pathlib import Path
 
 from fasttrain.doctor.findings import Context, Finding
+from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
 
@@ -79,9 +80,10 @@ def feed_target(report: HardwareReport, profile: Profile | None, given: float | 
     return None, ""
 
 
-def data_facts(data: Path) -> dict[str, object]:
+def data_facts(data: Path, profile: Profile | None = None, report: HardwareReport | None = None) -> dict[str, object]:
     """What the rules need to know of --data: a prepared set's image count and bytes per image (its shards are
-    files of many images), and the factor `bench loader` measured for prepared shards on this data (gather)."""
+    files of many images), the factor `bench loader` measured for prepared shards on this data (gather), and for
+    an image folder whether train would decode it once into RAM here (datasets/decoded.would_decode)."""
     from fasttrain.datasets.measured import find_path_gains, gain_sentence
     from fasttrain.datasets.shards import is_prepared, load_manifest
 
@@ -92,6 +94,13 @@ def data_facts(data: Path) -> dict[str, object]:
         size = sum((data / n).stat().st_size for n in shards if (data / n).is_file())
         images = sum(int(manifest["splits"][split]["count"]) for split in ("train", "val"))
         facts.update(prepared=True, images=images, shards=len(shards), image_bytes=size / max(1, images))
+    elif profile is not None and report is not None:
+        from fasttrain.core.errors import UserError
+        from fasttrain.datasets.decoded import would_decode
+        try:
+            facts["decoding"] = would_decode(data, profile, report)
+        except UserError:  # not an image folder train could read: its own findings and train say why
+            pass
     facts["gain"] = gain_sentence(find_path_gains(data), data)
     return facts
 

@@ -159,9 +159,14 @@ def rule_input_path(c: Context) -> Finding | None:
         return Finding("input-path", "ok", "--data is a prepared shard set (fasttrain data prepare)",
                        f"{c.data['images']:,} images in {plural(int(c.data['shards']), 'shard')}; "
                        f"{c.data['gain']}")
-    return Finding("input-path", "ok", "--data is an image folder: every epoch decodes the original files",
-                   str(c.data["gain"]), f"`fasttrain data prepare {c.data['path']} --out DST` packs it once into "
-                   "resized shards; train with --data DST")
+    decoding = str(c.data.get("decoding") or "")
+    if "once into RAM" in decoding:  # what shards would buy still matters where train decodes per epoch (a GPU)
+        return Finding("input-path", "ok", "--data is an image folder that fits in RAM decoded",
+                       f"{decoding}; for runs that decode per epoch: {c.data['gain']}")
+    title = "--data is an image folder: every epoch decodes the original files"
+    detail = f"{decoding}; {c.data['gain']}" if decoding else str(c.data["gain"])
+    return Finding("input-path", "ok", title, detail, f"`fasttrain data prepare {c.data['path']} --out DST` packs it "
+                   "once into resized shards; train with --data DST")
 
 
 def rule_disk_free(c: Context) -> Finding | None:

@@ -38,6 +38,8 @@ class Request:
     sets: list[str]
     gpu: str | None
     loader: LoaderSample | None
+    # --data decoded once into RAM on this CPU (datasets/decoded.py): why no sample is decoded per step, else None
+    in_memory: str | None = None
     batch_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --batch-size N or auto
     world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
 
@@ -128,8 +130,9 @@ class Target:
 
 
 def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | None, dataset_size: int,
-               force_local: bool = False) -> Target:
-    """Plan + ceilings for the profile's GPU (or --gpu), or for this machine when there is no GPU to price."""
+               force_local: bool = False, in_memory: str | None = None) -> Target:
+    """Plan + ceilings for the profile's GPU (or --gpu), or for this machine when there is no GPU to price.
+    `in_memory`: data decoded once into RAM on this CPU (only this machine's CPU plan takes it)."""
     gpu_name = None if force_local else (gpu_flag or profile.hardware.gpu)
     if gpu_name:
         spec = gpus.get_gpu(gpu_name, where="--gpu" if gpu_flag else "hardware.gpu")
@@ -152,7 +155,7 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             dev = dataclasses.replace(dev, memory_bytes=local_gpu.memory_total_bytes)
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
     from fasttrain.estimate import cpu_ceiling
-    plan = make_plan(profile, local, dataset_size)
+    plan = make_plan(profile, local, dataset_size, in_memory=in_memory)
     ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last)
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
                                    conv_weight_s_per_byte=ceiling.conv_weight_s_per_byte)
@@ -191,7 +194,7 @@ def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, g
     """The forecast of the plan on its target. Without --data, a GPU target's input pipeline is estimated from
     this CPU's decode rate (decode_rate.py: measured once, cached); estimate_loader=False skips that (train's
     dashboard forecast, which wants the GPU's images/s only)."""
-    target = target_for(profile, gpu_flag, local, req.dataset_size, force_local)
+    target = target_for(profile, gpu_flag, local, req.dataset_size, force_local, req.in_memory)
     cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
     priced, price_source, unpriced = (profile, None, None) if force_local else priced_for(profile, gpu_flag)
     loader = req.loader
@@ -238,10 +241,30 @@ def check_full_batch(plan: Plan) -> None:
                                  plan.batch_size)])
 
 
-def sample_data(data: Path, profile: Profile) -> tuple[int, LoaderSample]:
+def sample_data(data: Path, profile: Profile, decoded_here: str | None = None) -> tuple[int, LoaderSample]:
+    """(training images, the loader's measured rate). `decoded_here`: train decodes the folder once into RAM on
+    this machine (datasets/decoded.would_decode's words): the rate is then the batched augmentation's."""
     from fasttrain.estimate import loader_sample
     count, files = loader_sample.scan(data)
+    if decoded_here is not None:
+        return count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
+                                                    profile.loader.batch_size)
     return count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
+
+
+def decoded_here(data: Path, profile: Profile, local: HardwareReport | None, gpu_flag: str | None) -> str | None:
+    """train's words for a folder it decodes once into RAM on this machine (a CPU target), else None."""
+    if gpu_flag or profile.hardware.gpu or not data.is_dir():
+        return None
+    from fasttrain.datasets.decoded import would_decode
+    from fasttrain.datasets.shards import is_prepared
+    if is_prepared(data):
+        return None
+    try:
+        words = would_decode(data, profile, local or local_report())
+    except UserError:
+        return None
+    return words if "once into RAM" in words else None
 
 
 def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareReport | None) -> list[dict[str, Any]]:

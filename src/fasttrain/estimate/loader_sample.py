@@ -84,3 +84,29 @@ def measure(files: list[Path] | list[bytes], augment: AugmentSpec, image_size: i
     what = "images of the prepared shards, fast decode path" if isinstance(files[0], bytes) else "files"
     return LoaderSample(done / elapsed, f"--data: {done} decodes of {min(done, len(files))} sampled {what}, "
                                         "one process, train transform")
+
+
+def measure_batched(files: list[Path] | list[bytes], augment: AugmentSpec, image_size: int, batch: int,
+                    budget_s: float = 0.5) -> LoaderSample:
+    """Images/s of train's batched augmentation of images decoded once into RAM (datasets/batch_augment), in
+    this process: what a step waits for when the images are already decoded (the first epoch also decodes each
+    image once)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from fasttrain.datasets import batch_augment
+
+    with Image.open(files[0]) as img:  # type: ignore[arg-type]
+        width, height = img.size
+    pixels = torch.zeros(batch, 3, height, width, dtype=torch.uint8)
+    sizes = torch.tensor([[height, width]] * batch, dtype=torch.int32)
+    scale = tuple(augment.random_resized_crop_scale)
+
+    def one(k: int) -> None:
+        batch_augment.train_batch(pixels, sizes, image_size, scale, augment.hflip,  # type: ignore[arg-type]
+                                  batch_augment.sample_keys(0, k, np.arange(batch)))
+
+    done, elapsed = timed_rate(one, list(range(64)), budget_s, min_done=3, max_done=64)
+    return LoaderSample(done * batch / elapsed, f"--data: decoded once into RAM; {done} batches of {batch} "
+                                                "augmented at once in the training process (sizes of the first file)")

@@ -249,7 +249,8 @@ def forecast_for_run(prep: Any) -> dict[str, Any] | None:
         from fasttrain.estimate.gather import Request, forecast_for
         req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
                       dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
-                      image_size_flag=None, sets=[], gpu=None, loader=None)
+                      image_size_flag=None, sets=[], gpu=None, loader=None,
+                      in_memory=prep.bundle.in_memory if prep.plan.in_memory else None)  # its threads: every core
         fc, _ = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False)
     except Exception:  # noqa: BLE001 - see docstring
         return None
