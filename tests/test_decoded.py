@@ -75,6 +75,23 @@ def test_validation_batch_matches_torchvision_per_image(tmp_path: Path) -> None:
     assert float((ours - theirs).abs().mean()) < 0.08  # normalised units (~0.02 of the 0-255 range)
 
 
+def test_grid_sample_and_roi_align_cut_the_same_pixels_and_flips_mirror() -> None:
+    pixels = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8)
+    boxes = torch.tensor([[0, 0, 24, 20], [3, 2, 17, 19], [5.0, 1, 20, 12]] * 2)
+    enlarged = ba.crop_resize(pixels, boxes, 32)  # every box <= 32: the grid_sample path
+    from torchvision.ops import roi_align
+    index = torch.arange(6, dtype=boxes.dtype).unsqueeze(1)
+    reference = roi_align(pixels.float(), torch.cat([index, boxes], dim=1), output_size=32, sampling_ratio=0,
+                          aligned=True)
+    torch.testing.assert_close(enlarged, reference, atol=1e-3, rtol=0)
+    flips = torch.tensor([True, False, True, False, False, True])
+    mirrored = ba.crop_resize(pixels, boxes, 32, flips)
+    torch.testing.assert_close(mirrored[flips], enlarged[flips].flip(-1), atol=1e-3, rtol=0)
+    assert torch.equal(mirrored[~flips], enlarged[~flips])
+    shrunk = ba.crop_resize(pixels, boxes, 8, flips)  # boxes over 8 px: the roi_align path, same flips
+    torch.testing.assert_close(shrunk[flips], ba.crop_resize(pixels, boxes, 8)[flips].flip(-1))
+
+
 def test_an_image_draws_the_same_crop_and_flip_in_any_batch() -> None:
     keys = ba.sample_keys(seed=3, epoch=2, indices=[5, 9, 1, 12])
     alone = ba.uniforms(keys[1:2])
