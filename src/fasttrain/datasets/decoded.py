@@ -104,7 +104,8 @@ def cache_key(samples: list[tuple[str, int]]) -> str | None:
 
 def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> tuple[Any, dict[int, str]] | str:
     """(int tensor (N, 2) of (height, width), {index: reason} for files whose header cannot be read) from the
-    files' headers, or the reason the set does not fit. Stops early once a sample projects the set far over."""
+    files' headers, or the reason the set does not fit. The padded size only grows with more headers, so once
+    the first HEADER_SAMPLE already put the set over the budget the answer is known and the rest are not read."""
     import torch
     from PIL import Image
 
@@ -118,11 +119,9 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
             bad[i] = f"{type(exc).__name__}: {exc}"
         if i + 1 == HEADER_SAMPLE and i + 1 < len(samples):
             seen = sizes[: i + 1]
-            projected = fit_reason(len(samples), int(seen[:, 0].max()), int(seen[:, 1].max()), image_size,
-                                   budget // 2)
-            if projected is not None:
-                return fit_reason(len(samples), int(seen[:, 0].max()), int(seen[:, 1].max()), image_size,
-                                  budget) or projected
+            early = fit_reason(len(samples), int(seen[:, 0].max()), int(seen[:, 1].max()), image_size, budget)
+            if early is not None:
+                return early
     why = fit_reason(len(samples), int(sizes[:, 0].max()), int(sizes[:, 1].max()), image_size, budget)
     return why if why is not None else (sizes, bad)
 
@@ -286,14 +285,18 @@ def would_decode(root: Path, profile: Profile, report: HardwareReport) -> str:
     if budget is None:
         return ("train decodes every image each epoch in loader workers (" +
                 ("loader.decode_once is off)" if not profile.loader.decode_once else "on a GPU)"))
-    _, train, val = find_splits(root, seed=0, val_fraction=0.1)
+    per_epoch = "train decodes every image each epoch in loader workers"
     why = per_image_reason(profile.augment)
-    sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes) if why is None else why
+    if why is not None:
+        return f"{per_epoch}: {why}"
+    _, train, val = find_splits(root, seed=0, val_fraction=0.1)  # the union is the same for every seed
+    sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes)
     if isinstance(sized, str):
-        return f"train decodes every image each epoch in loader workers: {sized}"
-    pixels = len(train + val) * 3 * int(sized[0][:, 0].max()) * int(sized[0][:, 1].max())  # type: ignore[index]
+        return f"{per_epoch}: {sized}"
+    sizes, _ = sized
+    pixels = len(sizes) * 3 * int(sizes[:, 0].max()) * int(sizes[:, 1].max())
     from fasttrain.core.format import fmt_bytes
-    return (f"train decodes the {len(train + val):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
+    return (f"train decodes the {len(sizes):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
             "batch at a time, with no loader workers")
 
 
@@ -330,9 +333,7 @@ def load_pixels(path: Path, count: int) -> tuple[Any, Any, dict[int, str]] | Non
         with np.load(path, allow_pickle=False) as saved:
             pixels, sizes = saved["pixels"], saved["sizes"]
             bad = {int(k): str(v) for k, v in json.loads(str(saved["bad"])).items()}
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError):  # none yet, or damaged
         return None
     if pixels.dtype != np.uint8 or pixels.ndim != 4 or len(pixels) != count or sizes.shape != (count, 2):
         return None
