@@ -74,8 +74,9 @@ def estimate_cmd(
     decoding = None
     if data is not None:
         decoding = g.decoded_here(data, prof, local, gpu)
-        req.in_memory = "the images are decoded once into RAM" if decoding else None
-        count, sample = g.sample_data(data, prof, req.in_memory)
+        from fasttrain.datasets.decoded import IN_MEMORY
+        req.in_memory = IN_MEMORY if decoding else None
+        count, sample = g.sample_data(data, prof, decoded_once=decoding is not None)
         req.dataset_size, req.loader = count, sample
         req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))

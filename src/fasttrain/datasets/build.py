@@ -99,28 +99,30 @@ def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec
     from fasttrain.datasets.image_folder import find_splits
 
     class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
-    note = None
+    train: Any = None
+    val: Any = None
+    note = in_memory = None
     if decode is not None:
-        from fasttrain.datasets.decoded import decode_splits
+        from fasttrain.datasets.decoded import IN_MEMORY, decode_splits
 
         decoded = decode_splits(train_samples, val_samples, image_size, augment, decode)
-        if not isinstance(decoded, str):
-            train_set, val_set, note = decoded
-            return DataBundle(train=train_set, val=val_set, num_classes=len(class_names), class_names=class_names,
-                              kind="images", source=source, train_size=len(train_set), val_size=len(val_set),
-                              strict=strict, in_memory="the images are decoded once into RAM",
-                              input_note=note)
-        note = f"images decoded per epoch by loader workers: {decoded}"
-    from fasttrain.datasets.transforms import train_transform, val_transform
+        if isinstance(decoded, str):
+            note = f"images decoded per epoch by loader workers: {decoded}"
+        else:
+            train, val, note = decoded
+            in_memory = IN_MEMORY
+    if train is None:
+        from fasttrain.datasets.transforms import train_transform, val_transform
 
-    from fasttrain.datasets.fast_decode import FastImageFiles, mostly_jpeg
+        from fasttrain.datasets.fast_decode import FastImageFiles, mostly_jpeg
 
-    # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
-    files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
-    train = files(train_samples, train_transform(augment, image_size))
-    val = files(val_samples, val_transform(image_size))
+        # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
+        files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
+        train = files(train_samples, train_transform(augment, image_size))
+        val = files(val_samples, val_transform(image_size))
     return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
-                      source=source, train_size=len(train), val_size=len(val), strict=strict, input_note=note)
+                      source=source, train_size=len(train), val_size=len(val), strict=strict, in_memory=in_memory,
+                      input_note=note)
 
 
 class SyntheticBatches:

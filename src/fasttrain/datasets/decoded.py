@@ -33,6 +33,7 @@ CACHE_VERSION = 1       # bump when the stored layout changes: it is part of the
 MAX_SIDE_OVER_CROP = 4  # images more than 4x the crop side waste RAM on pixels every crop throws away
 HEADER_SAMPLE = 256     # headers read before projecting the whole set's size, so a huge set is refused quickly
 CACHE_SUBDIR = "decoded"
+IN_MEMORY = "the images are decoded once into RAM"  # the plan's reason for 0 workers (bundle.in_memory)
 
 
 @dataclass(frozen=True)
@@ -277,27 +278,28 @@ def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], imag
                                 f"({fmt_bytes(total)}, {when}) and augmented a batch at a time")
 
 
-def would_decode(root: Path, profile: Profile, report: HardwareReport) -> str:
-    """What `train --data root` does with the images on this machine, in words, reading headers only (doctor)."""
+def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[bool, str]:
+    """(whether `train --data root` decodes the images once into RAM on this machine, what it does in words),
+    reading file headers only (doctor, estimate)."""
     from fasttrain.datasets.image_folder import find_splits
 
+    per_epoch = "train decodes every image each epoch in loader workers"
     budget = decode_budget(profile, report)
     if budget is None:
-        return ("train decodes every image each epoch in loader workers (" +
-                ("loader.decode_once is off)" if not profile.loader.decode_once else "on a GPU)"))
-    per_epoch = "train decodes every image each epoch in loader workers"
+        return False, f"{per_epoch} (" + ("loader.decode_once is off)" if not profile.loader.decode_once
+                                          else "on a GPU)")
     why = per_image_reason(profile.augment)
     if why is not None:
-        return f"{per_epoch}: {why}"
+        return False, f"{per_epoch}: {why}"
     _, train, val = find_splits(root, seed=0, val_fraction=0.1)  # the union is the same for every seed
     sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes)
     if isinstance(sized, str):
-        return f"{per_epoch}: {sized}"
+        return False, f"{per_epoch}: {sized}"
     sizes, _ = sized
     pixels = len(sizes) * 3 * int(sizes[:, 0].max()) * int(sizes[:, 1].max())
     from fasttrain.core.format import fmt_bytes
-    return (f"train decodes the {len(sizes):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
-            "batch at a time, with no loader workers")
+    return True, (f"train decodes the {len(sizes):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
+                  "batch at a time, with no loader workers")
 
 
 def save_pixels(path: Path, pixels: Any, sizes: Any, bad: dict[int, str]) -> bool:

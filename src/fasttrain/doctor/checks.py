@@ -98,7 +98,7 @@ def data_facts(data: Path, profile: Profile | None = None, report: HardwareRepor
         from fasttrain.core.errors import UserError
         from fasttrain.datasets.decoded import would_decode
         try:
-            facts["decoding"] = would_decode(data, profile, report)
+            facts["decoded_once"], facts["decoding"] = would_decode(data, profile, report)
         except UserError:  # not an image folder train could read: its own findings and train say why
             pass
     facts["gain"] = gain_sentence(find_path_gains(data), data)

@@ -160,7 +160,7 @@ def rule_input_path(c: Context) -> Finding | None:
                        f"{c.data['images']:,} images in {plural(int(c.data['shards']), 'shard')}; "
                        f"{c.data['gain']}")
     decoding = str(c.data.get("decoding") or "")
-    if "once into RAM" in decoding:  # what shards would buy still matters where train decodes per epoch (a GPU)
+    if c.data.get("decoded_once"):  # what shards would buy still matters where train decodes per epoch (a GPU)
         return Finding("input-path", "ok", "--data is an image folder that fits in RAM decoded",
                        f"{decoding}; for runs that decode per epoch: {c.data['gain']}")
     title = "--data is an image folder: every epoch decodes the original files"

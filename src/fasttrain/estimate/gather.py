@@ -241,12 +241,12 @@ def check_full_batch(plan: Plan) -> None:
                                  plan.batch_size)])
 
 
-def sample_data(data: Path, profile: Profile, decoded_here: str | None = None) -> tuple[int, LoaderSample]:
-    """(training images, the loader's measured rate). `decoded_here`: train decodes the folder once into RAM on
-    this machine (datasets/decoded.would_decode's words): the rate is then the batched augmentation's."""
+def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, LoaderSample]:
+    """(training images, the loader's measured rate). `decoded_once`: train decodes the folder once into RAM on
+    this machine (decoded_here): the rate is then the batched augmentation's."""
     from fasttrain.estimate import loader_sample
     count, files = loader_sample.scan(data)
-    if decoded_here is not None:
+    if decoded_once:
         return count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
                                                     profile.loader.batch_size)
     return count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
@@ -261,10 +261,10 @@ def decoded_here(data: Path, profile: Profile, local: HardwareReport | None, gpu
     if is_prepared(data):
         return None
     try:
-        words = would_decode(data, profile, local or local_report())
+        decoded, words = would_decode(data, profile, local or local_report())
     except UserError:
         return None
-    return words if "once into RAM" in words else None
+    return words if decoded else None
 
 
 def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareReport | None) -> list[dict[str, Any]]:
