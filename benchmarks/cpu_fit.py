@@ -54,7 +54,7 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
     threads, dtype and layout `train` uses, so the forecast sees the same neighbours the steps saw. The plan is
     the shipped `cpu` preset (its precision, layout and workers) at this batch and size. steps: None = enough
     for ~MEASURE_SECONDS at the forecast speed. -> images/s, ceiling, op table."""
-    from fasttrain.train import synthetic as trainer
+    from fasttrain.train.loop import synthetic as trainer
     from fasttrain.estimate import calibration
     from fasttrain.estimate import cost
     from fasttrain.estimate import cpu_ceiling

@@ -30,8 +30,8 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.hardware.machine import probe
-from fasttrain.train.loop import Trainer
-from fasttrain.train.step import window_length
+from fasttrain.train.loop.trainer import Trainer
+from fasttrain.train.loop.step import window_length
 
 BASE = ["speed.precision=fp32", "speed.channels_last=false", "speed.compile=false", "loader.num_workers=1",
         "loader.prefetch_factor=2", "loader.persistent_workers=true", "loader.batch_size=64"]

@@ -30,13 +30,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fasttrain.train import distributed  # noqa: E402
-from fasttrain.train.launch import WorkerWorld  # noqa: E402
+from fasttrain.train.parallel import ddp as distributed  # noqa: E402
+from fasttrain.train.parallel.launch import WorkerWorld  # noqa: E402
 from fasttrain.models.registry import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.profiles.presets import resolve  # noqa: E402
 from fasttrain.hardware.machine import probe  # noqa: E402
-from fasttrain.train.loop import Trainer  # noqa: E402
+from fasttrain.train.loop.trainer import Trainer  # noqa: E402
 
 TARGET = 0.95
 

@@ -26,14 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from fasttrain.ui.dashboard import Dashboard
-from fasttrain.train.optim import param_groups
+from fasttrain.train.loop.optim import param_groups
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
-from fasttrain.train.runlog import RunLog
+from fasttrain.train.run.runlog import RunLog
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.models.tiny import tiny_cnn
 from fasttrain.hardware.machine import probe
-from fasttrain.train.loop import Collaborators, Trainer
+from fasttrain.train.loop.trainer import Collaborators, Trainer
 
 
 class NullStream(io.TextIOBase):

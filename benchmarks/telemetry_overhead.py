@@ -27,7 +27,7 @@ from fasttrain.profiles import presets
 from fasttrain.ui.dashboard import REFRESH_PER_SECOND, Dashboard
 from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
-from fasttrain.train.runlog import RunLog
+from fasttrain.train.run.runlog import RunLog
 from fasttrain.telemetry.recorder import StepRecord, Telemetry
 
 

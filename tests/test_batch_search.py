@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from fasttrain.train import batch_math as bm
-from fasttrain.train import batch_search as bs
-from fasttrain.train.oom import is_out_of_memory
+from fasttrain.train.setup import batch_math as bm
+from fasttrain.train.setup import batch_search as bs
+from fasttrain.train.loop.oom import is_out_of_memory
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.plan import make_plan
 from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fasttrain.train import checkpoint as ck
+from fasttrain.train.state import checkpoint as ck
 from fasttrain.core.errors import UserError
 from loop_helpers import tiny_mlp
 

@@ -24,9 +24,9 @@ import torch
 
 from conftest import child_env, run_subprocess
 from fasttrain.core.errors import UserError
-from fasttrain.train import checkpoint as ck
-from fasttrain.train.resume import find_checkpoint, latest_run
-from fasttrain.train.runlock import RunLock
+from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state.resume import find_checkpoint, latest_run
+from fasttrain.train.run.lock import RunLock
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -212,4 +212,4 @@ def test_a_bad_test_hook_value_is_one_line_and_exit_2(work: Path, cli, monkeypat
     assert res.err.strip().startswith(f"fasttrain: error: {name}:") and "(a test hook)" in res.err
     with pytest.raises(UserError):
         (ck.test_slow_save_seconds() if "SLOW" in name else __import__(
-            "fasttrain.train.resilience").train.resilience.SignalHook.from_env())
+            "fasttrain.train.signals.resilience").train.signals.resilience.SignalHook.from_env())

@@ -91,7 +91,7 @@ def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path:
     assert summary["epochs_run"] == 2 and summary["precision"] == "bf16-mixed"
     import torch
 
-    from fasttrain.train import checkpoint
+    from fasttrain.train.state import checkpoint
     payload = checkpoint.load(run / "last.pt")
     assert payload["epoch"] == 2 and payload["profile"]["loader"]["batch_size"] == 4
     assert {"model", "optimizer", "schedule", "rng", "sampler", "plan", "versions"} <= set(payload)

@@ -196,8 +196,8 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     """The Trainer records batches in bursts (one sync per log interval): each keeps its own end time."""
     import torch
 
-    from fasttrain.train.runlog import RunLog, read_metrics
-    from fasttrain.train.loop import Collaborators, Trainer
+    from fasttrain.train.run.runlog import RunLog, read_metrics
+    from fasttrain.train.loop.trainer import Collaborators, Trainer
     from loop_helpers import cpu_plan, tiny_mlp
 
     loop_plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 4},

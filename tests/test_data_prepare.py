@@ -179,7 +179,7 @@ def test_training_step_normalises_uint8_batches_like_the_transform() -> None:
     from torchvision.transforms import v2
 
     from fasttrain.datasets.transforms import MEAN, STD
-    from fasttrain.train.step import StepEngine
+    from fasttrain.train.loop.step import StepEngine
 
     images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
     engine = SimpleNamespace(channels_last=True, device=torch.device("cpu"), non_blocking=False)

@@ -49,8 +49,8 @@ def _free_port() -> int:
 # -- a world of one, in this process ----------------------------------------------------------------------
 @pytest.fixture
 def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    from fasttrain.train import distributed
-    from fasttrain.train.launch import WorkerWorld
+    from fasttrain.train.parallel import ddp as distributed
+    from fasttrain.train.parallel.launch import WorkerWorld
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
     with distributed.joined(WorkerWorld(0, 0, 1, 1), "cpu") as ctx:
@@ -58,7 +58,7 @@ def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 
 
 def _trainer(ctx, accumulation: int, stop=None):  # noqa: ANN001, ANN202
-    from fasttrain.train.loop import Trainer
+    from fasttrain.train.loop.trainer import Trainer
     plan, profile = cpu_plan(optim={"accumulation_steps": accumulation}, speed={"precision": "fp32"})
     return Trainer(plan, profile.optim, tiny_mlp(in_features=3 * 16 * 16), steps_per_epoch=4, dist=ctx, stop=stop)
 
@@ -85,8 +85,8 @@ def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> Non
 
 
 def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:  # noqa: ANN001
-    from fasttrain.train.resilience import GracefulStop
-    from fasttrain.train.loop import Interrupted
+    from fasttrain.train.signals.resilience import GracefulStop
+    from fasttrain.train.loop.trainer import Interrupted
     stop = GracefulStop()
     stop.requested = signal.SIGTERM
     trainer = _trainer(one_rank, accumulation=1, stop=stop)
@@ -96,7 +96,7 @@ def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:  # no
 
 
 def test_stop_vote_takes_the_largest_signal_of_the_previous_post(one_rank) -> None:  # noqa: ANN001
-    from fasttrain.train.distributed import StopVote
+    from fasttrain.train.parallel.ddp import StopVote
     vote = StopVote(one_rank)
     assert vote.exchange(signal.SIGTERM, False) == (0, False)
     assert vote.exchange(0, True) == (signal.SIGTERM, False)

@@ -75,10 +75,10 @@ def test_the_early_handler_is_only_armed_for_the_train_command() -> None:
 
 
 def test_a_sigterm_after_the_run_finished_does_not_kill_the_summary() -> None:
-    """From the last step to the command's end a SIGTERM is ignored (train/early_stop.hold_after_run), and the
+    """From the last step to the command's end a SIGTERM is ignored (train/signals/before_training.hold_after_run), and the
     command's own end restores the default: a finished run never exits -15 while writing its summary."""
     script = ("import os, signal\n"
-              "from fasttrain.train import early_stop as e\n"
+              "from fasttrain.train.signals import before_training as e\n"
               "e.hold_after_run(); os.kill(os.getpid(), signal.SIGTERM); print('alive after SIGTERM')\n"
               "e.release_after_run(); assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n")

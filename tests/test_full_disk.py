@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_subprocess
-from fasttrain.train import checkpoint as ck
+from fasttrain.train.state import checkpoint as ck
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 ENV = {"OMP_NUM_THREADS": "1"}

@@ -466,7 +466,7 @@ def test_batch_search_cache_in_a_file_is_one_line(cli, tmp_path: Path, monkeypat
     blocker = tmp_path / "cachefile"
     blocker.write_text("x")
     monkeypatch.setenv("FASTTRAIN_CACHE", str(blocker))
-    from fasttrain.train.batch_search import cache_path
+    from fasttrain.train.setup.batch_search import cache_path
     with pytest.raises(UserError, match="is a file, not a directory"):
         cache_path()
 

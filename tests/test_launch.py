@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fasttrain.train import launch
+from fasttrain.train.parallel import launch
 from fasttrain.core.errors import UserError
-from fasttrain.train.launch import LaunchSpec
+from fasttrain.train.parallel.launch import LaunchSpec
 from loop_helpers import FIXTURES
 
 
@@ -104,7 +104,7 @@ def test_one_process_per_gpu_and_no_more() -> None:
     from fasttrain.profiles import presets
     from fasttrain.plan import make_plan
     from fasttrain.hardware.report import HardwareReport
-    from fasttrain.train.world import check_world
+    from fasttrain.train.setup.world import check_world
     report = HardwareReport.model_validate_json((FIXTURES / "reports" / "a10g_x4.json").read_text())
     for procs in (1, 4, 5):
         profile = presets.resolve("aws-a10g", sets=[f"world.gpus_per_node={procs}", "loader.num_workers=2"]).profile

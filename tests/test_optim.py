@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from fasttrain.train.optim import LRSchedule, build_optimizer, lr_at, param_groups
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer, lr_at, param_groups
 from fasttrain.profiles.schema import OptimSpec
 
 

@@ -76,7 +76,7 @@ def test_estimate_and_train_dry_run_with_four_processes(cli, monkeypatch: pytest
     assert res.code == 0, res.err
     d = json.loads(res.out)
     assert d["forecast"]["loader"]["workers"] == 3
-    monkeypatch.setattr("fasttrain.train.gather.probe", g5_12x_small)
+    monkeypatch.setattr("fasttrain.train.setup.prepare.probe", g5_12x_small)
     res = cli("train", "--profile", "aws-a10g", "--data", "shapes", "--nproc-per-node", "4", "--dry-run")
     assert res.code == 0, res.err
     assert "workers      3 (asked 12: 4 processes share 16 cores and the 31.0 GiB loader budget)" in res.out
@@ -93,7 +93,7 @@ def test_profiles_show_reports_the_cap_as_a_note(cli) -> None:  # noqa: ANN001
     assert "the plan runs 3 workers per process" in res.out + res.err
 
 
-# --- the whole training footprint against the machine the run uses (train/footprint.py) ---
+# --- the whole training footprint against the machine the run uses (train/setup/footprint.py) ---
 
 def small_ram_cpu(available_gib: float = 20) -> HardwareReport:
     r = report("cpu_small_ram")  # 2 cores, 24 GiB, 20 GiB available: the machine the OOM killer hit
@@ -112,7 +112,7 @@ def test_fit_micro_batch_keeps_the_effective_batch() -> None:
 
 
 def test_the_decision_on_fixed_footprints() -> None:
-    from fasttrain.train.footprint import Limit, fit
+    from fasttrain.train.setup.footprint import Limit, fit
     plan = make_plan(a10g(), small_ram_cpu())
     gib = ar.GIB
     micro, acc, note = fit(plan, [Limit("RAM", 20 * gib, lambda b: int(gib + b * 0.16 * gib))])
@@ -130,7 +130,7 @@ def test_the_decision_on_fixed_footprints() -> None:
 
 def test_gpu_memory_and_a_small_host_are_both_checked() -> None:
     from fasttrain.estimate import calibration
-    from fasttrain.train.footprint import fit, limits
+    from fasttrain.train.setup.footprint import fit, limits
     constants = calibration.load()["memory"]
     r50 = (25_557_032, 42.0 * ar.MIB)  # resnet50 at 224 px, fp16 activations per sample (meta count)
     plan = make_plan(a10g(), report("a10g"))
@@ -148,7 +148,7 @@ def test_gpu_memory_and_a_small_host_are_both_checked() -> None:
 
 
 def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("fasttrain.train.gather.probe", small_ram_cpu)
+    monkeypatch.setattr("fasttrain.train.setup.prepare.probe", small_ram_cpu)
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--epochs", "90",
               "--dry-run")
     assert res.code == 0, res.err
@@ -157,16 +157,16 @@ def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pyt
     # synthetic data are in memory: 0 loader workers, so no loader buffers in the footprint (~24 GiB, not ~25.8)
     assert ("note         batch 256 does not fit in 20.0 GiB of RAM (needs ~24.0 GiB): micro-batch 128 x 2 "
             "accumulation steps, effective batch 256 and LR unchanged") in res.out
-    from fasttrain.train import footprint
+    from fasttrain.train.setup import footprint
     assert ("resnet50", 224, 10, "fp32") in footprint._COUNTS  # counted once per process
-    monkeypatch.setattr("fasttrain.train.gather.probe", lambda: small_ram_cpu(available_gib=1.0))
+    monkeypatch.setattr("fasttrain.train.setup.prepare.probe", lambda: small_ram_cpu(available_gib=1.0))
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--dry-run")
     assert res.code == 2 and "Traceback" not in res.err
     assert "not even batch 1 fits in 1.0 GiB of RAM" in res.err and len(res.err.strip().splitlines()) == 1
 
 
 def test_a_batch_that_fits_is_unchanged(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("fasttrain.train.gather.probe", small_ram_cpu)
+    monkeypatch.setattr("fasttrain.train.setup.prepare.probe", small_ram_cpu)
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--dry-run",
               "--set", "loader.batch_size=64", "--json")
     assert res.code == 0, res.err

@@ -41,7 +41,7 @@ def test_gpu_present_but_unusable_and_no_workers() -> None:
 
 def test_train_dry_run_prints_the_note(cli, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     from PIL import Image
-    from fasttrain.train import gather
+    from fasttrain.train.setup import prepare as gather
     monkeypatch.setattr(gather, "probe", lambda: report("cpu_only"))
     for cls in ("a", "b"):
         (tmp_path / "train" / cls).mkdir(parents=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fasttrain.train.optim import LRSchedule, build_optimizer
-from fasttrain.train.precision import make_precision
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer
+from fasttrain.train.loop.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.step import StepEngine
+from fasttrain.train.loop.step import StepEngine
 from loop_helpers import tiny_mlp
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import REPO
-from fasttrain.train import checkpoint as ck
-from fasttrain.train.checkpoint import CheckpointPolicy
-from fasttrain.train.loop import Collaborators, Trainer
+from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state.checkpoint import CheckpointPolicy
+from fasttrain.train.loop.trainer import Collaborators, Trainer
 from image_tree import write_corrupt
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, tiny_mlp, write_image_folder
 
@@ -187,7 +187,7 @@ def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
     import signal
     import threading
 
-    from fasttrain.train.resilience import GracefulStop
+    from fasttrain.train.signals.resilience import GracefulStop
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with GracefulStop() as stop:
         assert signal.getsignal(signal.SIGTERM) == stop._handle

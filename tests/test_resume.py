@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import REPO, child_env, run_subprocess
-from fasttrain.train import checkpoint as ck
+from fasttrain.train.state import checkpoint as ck
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 # 24 train images / batch 4 = 6 steps per epoch, 2 epochs; no randomness left to chance.

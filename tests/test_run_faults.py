@@ -77,7 +77,7 @@ def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None: 
 
 
 def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    from fasttrain.train.loop import Trainer
+    from fasttrain.train.loop.trainer import Trainer
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch
     original = Trainer._train_batch
     deleted: list[int] = []
@@ -97,12 +97,12 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
     assert f"the folder {data} no longer exists" in res.err
     assert f"the last good checkpoint is {run / 'last.pt'}" in res.err
     assert "Traceback" not in res.err and _only_an_error(res.out, 1) and not (run / "summary.json").exists()
-    from fasttrain.train import checkpoint as ck
+    from fasttrain.train.state import checkpoint as ck
     assert ck.load(run / "last.pt")["epoch"] == 1  # epoch 1's checkpoint is kept, nothing after it claimed
 
 
 def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    from fasttrain.train.loop import Trainer
+    from fasttrain.train.loop.trainer import Trainer
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch, decoded into RAM in epoch 1
     original = Trainer._train_batch
 

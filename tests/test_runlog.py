@@ -11,7 +11,7 @@ import yaml
 from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
 from fasttrain.profiles.schema import Profile
-from fasttrain.train.runlog import RunLog, new_run_dir, read_metrics
+from fasttrain.train.run.runlog import RunLog, new_run_dir, read_metrics
 
 
 def test_run_dir_named_from_date_and_profile(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fasttrain.train.step import window_length
-from fasttrain.train.loop import Collaborators, Trainer
-from fasttrain.train.synthetic import run_synthetic_steps
+from fasttrain.train.loop.step import window_length
+from fasttrain.train.loop.trainer import Collaborators, Trainer
+from fasttrain.train.loop.synthetic import run_synthetic_steps
 from loop_helpers import cpu_plan, tiny_mlp
 
 SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,
@@ -139,7 +139,7 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
             self.epochs.append(row)
 
     log = Log()
-    from fasttrain.train.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint import CheckpointPolicy
     trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=len(train), profile=profile,
                       collaborators=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
     assert trainer.model.training and next(trainer.model.parameters()).is_contiguous(memory_format=torch.channels_last)

@@ -225,7 +225,7 @@ def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, mon
     assert own["workers"] == 0 and "bench loader" not in own["workers_reason"]
 
 
-# -- compute threads decided by the run's first steps (train/thread_ab.py) ------------------------------------
+# -- compute threads decided by the run's first steps (train/trial/thread_ab.py) ------------------------------------
 def test_the_ab_schedule_warms_then_alternates() -> None:
     from fasttrain.tuning import decide
     assert decide.ab_schedule([2, 1], warm=2, per_arm=3) == [2, 2, 2, 1, 2, 1, 2, 1]
@@ -243,7 +243,7 @@ def test_pick_threads_takes_the_faster_median_beyond_the_noise() -> None:
 
 
 def test_thread_ab_times_real_steps_and_keeps_the_winner() -> None:
-    from fasttrain.train.thread_ab import ThreadAB
+    from fasttrain.train.trial.thread_ab import ThreadAB
     per_step = {2: 0.25, 1: 0.40}          # what a step takes at each thread count on the fake clock
     now, threads, results = [0.0], [0], []
     ab = ThreadAB([2, 1], set_threads=lambda t: threads.__setitem__(0, t),

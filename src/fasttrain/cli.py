@@ -12,7 +12,7 @@ import sys
 
 
 def _stopped_before_training(signum: int, frame: object) -> None:
-    """SIGTERM/SIGINT to `fasttrain train` before its loop handles signals (train/early_stop.py): nothing to save."""
+    """SIGTERM/SIGINT to `fasttrain train` before its loop handles signals (train/signals/before_training.py): nothing to save."""
     try:
         sys.stdout.flush()  # what was printed so far (may fail when interrupted mid-write)
     except Exception:  # noqa: BLE001
@@ -31,7 +31,7 @@ if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
-from fasttrain.train import launch
+from fasttrain.train.parallel import launch
 from fasttrain.core.errors import JobFailed, UserError
 
 

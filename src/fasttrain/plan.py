@@ -38,7 +38,7 @@ def check_image_size(image_size: object, where: str = "--image-size") -> int:
 def fit_micro_batch(batch: int, accumulation: int, fits: Callable[[int], bool]) -> tuple[int, int] | None:
     """The largest micro-batch that divides `batch` and `fits`, with the accumulation that keeps the effective
     batch -> (micro-batch, accumulation steps); (batch, accumulation) when it fits already; None when not even
-    batch 1 fits. Pure (`fits` is a footprint test, e.g. train/footprint.py's). 256 -> 128 x 2 -> 64 x 4 ..."""
+    batch 1 fits. Pure (`fits` is a footprint test, e.g. train/setup/footprint.py's). 256 -> 128 x 2 -> 64 x 4 ..."""
     for split in range(1, batch + 1):
         if batch % split == 0 and fits(batch // split):
             return batch // split, accumulation * split

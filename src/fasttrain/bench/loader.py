@@ -346,7 +346,7 @@ def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: i
                   warmup_steps: int = 1) -> float:
     """Images/s the model trains at on inputs already on the device (the same step code as `train`)."""
     from fasttrain.models.registry import create_model
-    from fasttrain.train.synthetic import run_synthetic_steps
+    from fasttrain.train.loop.synthetic import run_synthetic_steps
 
     model = create_model(model_name, num_classes)
     return run_synthetic_steps(plan, model, image_size=image_size, num_classes=num_classes, steps=steps,

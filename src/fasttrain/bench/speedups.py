@@ -289,9 +289,9 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
     silence_cuda_home_warning()
     import torch
 
-    from fasttrain.train.oom import free_device_memory, is_out_of_memory
+    from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
     from fasttrain.models.setup import CompileGuard
-    from fasttrain.train.loop import Collaborators, Trainer
+    from fasttrain.train.loop.trainer import Collaborators, Trainer
 
     warnings: list[str] = []
     plan = variant.plan

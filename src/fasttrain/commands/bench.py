@@ -1,6 +1,6 @@
 """`fasttrain bench loader|speedups|batch`: measure on this machine instead of trusting the notes' guesses.
 
-gather (probe, profile, data, model) -> compute (bench/loader.py / bench/speedups.py / train/batch_search.py, pure summaries)
+gather (probe, profile, data, model) -> compute (bench/loader.py / bench/speedups.py / train/setup/batch_search.py, pure summaries)
 -> render (bench/view.py, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
 (or --out DIR). torch is imported inside the commands only: cli.py imports this module for --help.
 """
@@ -58,12 +58,12 @@ def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classe
     --batch-size auto` would run: the largest that fits, capped at the profile's samples per optimizer step."""
     if value is None:
         return None, None
-    from fasttrain.train.batch_search import check_batch_option
+    from fasttrain.train.setup.batch_search import check_batch_option
 
     n = check_batch_option(value)
     if n is not None:
         return n, None
-    from fasttrain.train.batch_search import auto_batch
+    from fasttrain.train.setup.batch_search import auto_batch
 
     say("--batch-size auto: searching the largest batch that fits (cached after the first run)")
     auto = auto_batch(plan, model, image_size, num_classes=num_classes, optim=optim)
@@ -178,7 +178,7 @@ def batch_cmd(
     """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
     profile's precision and memory format, with a safety margin; then the accumulation that keeps the profile's
     effective batch."""
-    from fasttrain.train import batch_search as bs
+    from fasttrain.train.setup import batch_search as bs
     from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
 

@@ -47,7 +47,7 @@ def estimate_cmd(
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
     from fasttrain.estimate import gather as g
-    from fasttrain.train.launch import world_flags
+    from fasttrain.train.parallel.launch import world_flags
     if what is not None and (not compare or what not in COMPARE_KINDS):
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
                                  "use --compare presets or --compare gpus", None)])
@@ -115,7 +115,7 @@ def estimate_cmd(
 
 def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, local: Any) -> str | None:
     """--batch-size N|auto into req.batch_flags; auto searches this machine, so it needs --measure. -> plan note."""
-    from fasttrain.train import batch_search
+    from fasttrain.train.setup import batch_search
     if batch_search.check_batch_option(value) is None and not measure:
         raise UserError([Problem("--batch-size", "auto finds the largest batch by running steps on this machine",
                                  "add --measure, or give a number", value)])
@@ -131,7 +131,7 @@ def _default_profile(local: Any) -> str:
 def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     """Forecast the plan on THIS machine and run it for a few steps with the train step code."""
     from fasttrain.estimate import gather as g
-    from fasttrain.train import synthetic as trainer
+    from fasttrain.train.loop import synthetic as trainer
     from fasttrain.models import registry as models
     fc, target = g.forecast_for(prof, req, local, force_local=True)
     net = models.create_model(req.model, num_classes=req.num_classes)

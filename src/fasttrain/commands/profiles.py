@@ -50,7 +50,7 @@ def show_cmd(
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""
     from fasttrain.profiles import presets
-    from fasttrain.train.launch import world_flags
+    from fasttrain.train.parallel.launch import world_flags
     res = presets.resolve(ref, sets=sets or [], flags=world_flags(nproc_per_node, nnodes))
     p = res.profile
     if as_json:

@@ -1,5 +1,5 @@
-"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/gather.py and the run in
-train/run.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
+"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/setup/prepare.py and the run in
+train/run/execute.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
 is built here and handed to the run as its display (a TrainListener), so the training code never imports
 the UI."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from fasttrain.commands import options
-from fasttrain.train.launch import DEFAULT_RDZV_TIMEOUT_S
+from fasttrain.train.parallel.launch import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # the training modules are imported only when a command runs
     from fasttrain.train.events import RunDisplay
-    from fasttrain.train.gather import Prepared
+    from fasttrain.train.setup.prepare import Prepared
     from fasttrain.ui.dashboard import Dashboard
 
 
@@ -76,9 +76,9 @@ def train_cmd(
                                      help="How long the machines get to find each other."),
 ) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
-    from fasttrain.train import gather as train_prep
-    from fasttrain.train import run as train_run
-    from fasttrain.train.launch import LaunchSpec
+    from fasttrain.train.setup import prepare as train_prep
+    from fasttrain.train.run import execute as train_run
+    from fasttrain.train.parallel.launch import LaunchSpec
     from fasttrain.core.console import console, print_json
 
     given = _given(ctx)
@@ -112,10 +112,10 @@ def train_cmd(
                 out.print(line, markup=False)
         return
     if prep.args.launch is not None:  # this process is the agent: the workers train
-        from fasttrain.train import early_stop
+        from fasttrain.train.signals import before_training as early_stop
         early_stop.disarm()  # torch.distributed.run handles signals for its workers
         raise typer.Exit(_launch(prep))
-    from fasttrain.train import early_stop
+    from fasttrain.train.signals import before_training as early_stop
     try:
         summary = train_run.execute(prep, display=_dashboard)
         if as_json and prep.is_main:
@@ -128,7 +128,7 @@ def train_cmd(
 
 def _launch(prep: "Prepared") -> int:
     """Start the workers with this command line minus the launch flags; -> the job's exit code."""
-    from fasttrain.train import launch
+    from fasttrain.train.parallel import launch
     spec, plan = prep.args.launch, prep.plan
     assert spec is not None
     threads = None

@@ -16,7 +16,7 @@ from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 
 if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
-    from fasttrain.train.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint import CheckpointPolicy
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ image size, batch and torch version), the pure decisions the timed trial makes f
 (decide.py: the trial's budget, which candidate wins, whether compile repays itself, workers against compute
 threads) and the advice every command gives from the same measurements (advice.py: doctor, bench, estimate and
 train's verdict never suggest a setting another command measured slower here). The trial itself needs a model
-and the training step: it lives in train/tune.py.
+and the training step: it lives in train/trial/tune.py.
 """
 from fasttrain.core.exports import lazy_face
 

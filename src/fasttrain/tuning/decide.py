@@ -52,7 +52,7 @@ def unaffordable(forecast_step_s: float, planned_steps: int, device: str, warm: 
     """Why a trial is not worth starting, from the forecast step time: timing the plan (its warm-up, one more
     warm-up step that starts the process's thread pool and kernel caches, and its timed steps) and one candidate
     after it would take more than the whole budget -> the reason, else None. The same cost model as the trial's
-    own budget check (train/tune.py), so a trial that starts expects to time at least one candidate. Pure.
+    own budget check (train/trial/tune.py), so a trial that starts expects to time at least one candidate. Pure.
     Recorded: resnet18 at 64 px on the 2-core VM, 0.198 s steps, 156 planned steps: the plan alone took 1.08 s of
     a 1.55 s budget and nothing else fitted, so that trial learnt nothing."""
     budget = trial_budget_s(forecast_step_s, planned_steps, device)
@@ -115,7 +115,7 @@ def worker_options(asked: int, cores: int) -> list[int]:
     return sorted({0, min(1, top), min(asked, top)})
 
 
-# Online A/B of compute threads over a run's first real steps (train/thread_ab.py): the steps train, so the
+# Online A/B of compute threads over a run's first real steps (train/trial/thread_ab.py): the steps train, so the
 # measurement costs no extra work. WARM steps first (the loader's workers start, oneDNN picks its kernels), then
 # the arms alternate step by step, PER_ARM steps each: alternating keeps a drift of the machine's load out of the
 # comparison, and the median of each arm ignores a step that met a slow batch.

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.resilience import GracefulStop
+from fasttrain.train.signals.resilience import GracefulStop
 
 
 @dataclass

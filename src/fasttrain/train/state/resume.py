@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.ckpt_integrity import position
-from fasttrain.train.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
+from fasttrain.train.state.integrity import position
+from fasttrain.train.state.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
 from fasttrain.core.errors import Problem, UserError
 
 

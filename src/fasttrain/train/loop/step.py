@@ -20,9 +20,9 @@ import torch.nn.functional as F
 
 from fasttrain.datasets.fast_decode import normalise_batch
 from fasttrain.models.setup import CompileGuard
-from fasttrain.train.optim import LRSchedule
-from fasttrain.train.precision import Precision, total_norm
-from fasttrain.train.oom import is_out_of_memory
+from fasttrain.train.loop.optim import LRSchedule
+from fasttrain.train.loop.precision import Precision, total_norm
+from fasttrain.train.loop.oom import is_out_of_memory
 
 
 class StepEngine:

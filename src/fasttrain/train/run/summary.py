@@ -5,7 +5,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.gather import Prepared
+from fasttrain.train.setup.prepare import Prepared
 
 def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
     """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
@@ -46,7 +46,7 @@ def fault_report(trainer: Any, prep: Prepared, bundle: Any) -> dict[str, Any]:
 
 def run_summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, torch: Any) -> dict[str, Any]:
     if result is None:  # stopped before fit() began
-        from fasttrain.train.outcome import FitResult
+        from fasttrain.train.loop.outcome import FitResult
         result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False)
     last = result.history[-1] if result.history else {}
     images = sum(r.get("train_images", 0) for r in result.history)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
-from fasttrain.train.gather import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_notes
-from fasttrain.train.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
-from fasttrain.train.tune import forecast_for_run
+from fasttrain.train.setup.prepare import DEFAULT_MODELS, RESUMED_FIELDS, Prepared, TrainArgs, plan_notes
+from fasttrain.train.run.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
+from fasttrain.train.trial.tune import forecast_for_run
 
 
 def seed_everything(seed: int) -> None:
@@ -36,7 +36,7 @@ def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: An
     """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first.
     `display`: the command's display (its dashboard), built from a RunDisplay once the loaders exist;
     None shows nothing."""
-    from fasttrain.train import distributed
+    from fasttrain.train.parallel import ddp as distributed
     with distributed.joined(prep.world, prep.plan.device) as dist:
         return _execute(prep, stream, dist, display or _no_display)
 
@@ -61,7 +61,7 @@ class _Run:
     telemetry: Any              # telemetry.recorder.Telemetry on rank 0, else None
     forecast: dict[str, Any] | None
     started: float              # perf_counter() when training was about to start
-    tuning: dict[str, Any] = field(default_factory=dict)  # the tuning trial's findings (train/tune.py)
+    tuning: dict[str, Any] = field(default_factory=dict)  # the tuning trial's findings (train/trial/tune.py)
 
 
 def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
     # The forecast is shown beside the run, and its step time tells the trial whether it can afford anything.
     forecast = forecast_for_run(prep) if (shown or tuned) and prep.bundle.kind != "custom" else None
     if dist is None:  # before the seed: the trial's models do not move the run's random numbers
-        from fasttrain.train.tune import tune_prepared
+        from fasttrain.train.trial.tune import tune_prepared
         prep, tuning = tune_prepared(prep, (forecast or {}).get("step_time_s"))
     args, plan, main = prep.args, prep.plan, prep.is_main
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
@@ -100,7 +100,7 @@ def _execute(prep: Prepared, stream: Any, dist: Any, display: DisplayFactory) ->
                             input_gain=_input_gain(prep) if main else None)) as listener:
         listener.on_run_start(plan, plan_notes(prep))
         if tuning:
-            from fasttrain.train.tune import tuning_line
+            from fasttrain.train.trial.tune import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))
         summary = _train(run, model, listener)
     if "stop_message" in summary and main:  # a stop request ended the run: say where and how to resume
@@ -138,8 +138,8 @@ def _input_gain(prep: Any) -> str | None:
 def _open_data(prep: Prepared, dist: Any) -> tuple[Any, Any, Any, int]:
     """-> (train loader, validation loader or None, epoch sampler or None, batches in a whole epoch)."""
     from fasttrain.datasets.build import SyntheticBatches
-    from fasttrain.train.resilience import quiet_workers
-    from fasttrain.train.resume import restore_sampler
+    from fasttrain.train.signals.resilience import quiet_workers
+    from fasttrain.train.state.resume import restore_sampler
 
     args, plan, bundle = prep.args, prep.plan, prep.bundle
     rank, world = (dist.rank, dist.size) if dist is not None else (0, 1)
@@ -163,7 +163,7 @@ def _open_data(prep: Prepared, dist: Any) -> tuple[Any, Any, Any, int]:
 
 def _run_dir(prep: Prepared, dist: Any) -> Path:
     """The run folder: rank 0 makes it (a new name, or the resumed run's) and tells the other ranks."""
-    from fasttrain.train.runlog import new_run_dir
+    from fasttrain.train.run.runlog import new_run_dir
 
     args = prep.args
     run_dir = new_run_dir(args.runs_dir, args.run_name, profile=prep.profile_ref.replace("/", "_").removesuffix(".yaml"),
@@ -174,8 +174,8 @@ def _run_dir(prep: Prepared, dist: Any) -> Path:
 
 
 def _open_runlog(prep: Prepared, run_dir: Path) -> Any:
-    from fasttrain.train.resume import log_cut
-    from fasttrain.train.runlog import RunLog
+    from fasttrain.train.state.resume import log_cut
+    from fasttrain.train.run.runlog import RunLog
 
     runlog = RunLog(run_dir, resume_at=log_cut(prep.resume_payload))  # locks the folder; cuts rows past the checkpoint
     runlog.write_profile(prep.resolved.profile.model_dump(mode="json"),
@@ -186,9 +186,9 @@ def _open_runlog(prep: Prepared, run_dir: Path) -> Any:
 def _make_trainer(run: _Run, model: Any, listener: TrainListener, stop: Any) -> Any:
     """The Trainer for this run, resumed from its checkpoint when there is one; tells the display so."""
     from fasttrain.datasets.transforms import make_mixup
-    from fasttrain.train.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint import CheckpointPolicy
     from fasttrain.train.events import Collaborators
-    from fasttrain.train.loop import Trainer
+    from fasttrain.train.loop.trainer import Trainer
 
     prep, args, plan = run.prep, run.prep.args, run.prep.plan
     profile, bundle = prep.resolved.profile, prep.bundle
@@ -220,8 +220,8 @@ def _train(run: _Run, model: Any, listener: TrainListener) -> dict[str, Any]:
     """Fit; -> the summary, also told to the run log and the display. A stop request ends in a summary too."""
     import torch
 
-    from fasttrain.train.outcome import Interrupted
-    from fasttrain.train.resilience import GracefulStop, shutdown_workers
+    from fasttrain.train.loop.outcome import Interrupted
+    from fasttrain.train.signals.resilience import GracefulStop, shutdown_workers
 
     prep, runlog = run.prep, run.runlog
     profile = prep.resolved.profile
@@ -229,10 +229,10 @@ def _train(run: _Run, model: Any, listener: TrainListener) -> dict[str, Any]:
     stop = GracefulStop()
     trainer = _make_trainer(run, model, listener, stop)
     if run.dist is None:
-        from fasttrain.train import thread_ab
+        from fasttrain.train.trial import thread_ab
         thread_ab.attach(trainer, prep, run.tuning, listener.on_message)
     interrupted: Any = None
-    from fasttrain.train import early_stop
+    from fasttrain.train.signals import before_training as early_stop
     early_stop.disarm()  # from here the GracefulStop handles signals: finish the step, save, say how to resume
     try:
         with stop:

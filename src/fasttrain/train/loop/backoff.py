@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from fasttrain.core.errors import JobFailed
-from fasttrain.train.oom import free_device_memory, is_out_of_memory
-from fasttrain.train.optim import LRSchedule
-from fasttrain.train.step import StepEngine
+from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.loop.optim import LRSchedule
+from fasttrain.train.loop.step import StepEngine
 
 
 class OomBackoff:

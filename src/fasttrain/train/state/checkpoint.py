@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.ckpt_integrity import NO_CHECKSUM, position, schema_problem, verify_checksum, with_checksum
-from fasttrain.train.diskspace import disk_full, disk_write_error
+from fasttrain.train.state.integrity import NO_CHECKSUM, position, schema_problem, verify_checksum, with_checksum
+from fasttrain.core.diskspace import disk_full, disk_write_error
 
 FORMAT = "fasttrain-checkpoint"
 FORMAT_VERSION = 1

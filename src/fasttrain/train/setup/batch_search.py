@@ -22,9 +22,9 @@ from fasttrain.core.files import write_text_atomic
 from fasttrain.core.cache_dir import writable_cache_dir
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.batch_math import (DEFAULT_MAX_BATCH, SearchResult, Trial, TrialFn, batch_and_accumulation,
+from fasttrain.train.setup.batch_math import (DEFAULT_MAX_BATCH, SearchResult, Trial, TrialFn, batch_and_accumulation,
                                         explain, search_largest_batch)
-from fasttrain.train.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 
 CPU_MAX_BATCH = 256
 CACHE_FILE = "batch_cache.json"
@@ -89,7 +89,7 @@ def step_trial(plan: Any, model_factory: Callable[[], Any], *, image_size: int, 
     """A `try_batch` that runs two full training steps of the real step code at batch n on a fresh model.
     Two, because the first optimizer step allocates the optimizer state: the second step's forward and
     backward run with weights, gradients, optimizer state and activations all alive, the true peak."""
-    from fasttrain.train.synthetic import run_synthetic_steps
+    from fasttrain.train.loop.synthetic import run_synthetic_steps
 
     def try_batch(batch: int) -> Trial:
         started = time.perf_counter()

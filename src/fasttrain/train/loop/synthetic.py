@@ -10,7 +10,7 @@ import torch
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.events import Collaborators
-from fasttrain.train.loop import Trainer
+from fasttrain.train.loop.trainer import Trainer
 
 
 def run_synthetic_steps(plan: Plan, model: torch.nn.Module, *, image_size: int, num_classes: int, steps: int,

@@ -9,7 +9,7 @@
   posts its flags (stop requested, periodic save due) in a non-blocking all-reduce (MAX) and reads the result
   one step later, so all ranks stop and save after the same step without a host sync on the hot path.
 - sums(): metrics (loss sum, images, correct predictions) summed over ranks at epoch and validation ends.
-Imported by train/run.py and the Trainer only when the world size is above 1.
+Imported by train/run/execute.py and the Trainer only when the world size is above 1.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fasttrain.train.launch import WorkerWorld
+from fasttrain.train.parallel.launch import WorkerWorld
 
 # How long a collective may wait for the other ranks (a checkpoint save on rank 0 blocks the others at their
 # next collective; a big one on a slow disk takes a minute or two). torch's own default is 10 min for NCCL.

@@ -108,7 +108,7 @@ class _Trial:
         from fasttrain.datasets.build import SyntheticBatches
         from fasttrain.models.registry import create_model
         from fasttrain.train.events import Collaborators
-        from fasttrain.train.loop import Trainer
+        from fasttrain.train.loop.trainer import Trainer
 
         started = time.perf_counter()
         prep = self.prep

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fasttrain.train.step import StepEngine, unpack_batch
+from fasttrain.train.loop.step import StepEngine, unpack_batch
 
 
 @torch.no_grad()

@@ -22,15 +22,15 @@ from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan, check_image_size, make_plan
 from fasttrain.profiles import presets
 from fasttrain.profiles.presets import Resolved
-from fasttrain.train.batch_search import check_batch_option
-from fasttrain.train.launch import (
+from fasttrain.train.setup.batch_search import check_batch_option
+from fasttrain.train.parallel.launch import (
     LaunchSpec,
     WorkerWorld,
     check_spec,
     worker_world,
     world_flags,
 )
-from fasttrain.train.world import no_full_batch, world_or_target
+from fasttrain.train.setup.world import no_full_batch, world_or_target
 
 # Model used when --model is not given, by kind of data.
 DEFAULT_MODELS = {"shapes": "tiny_cnn", "synthetic": "tiny_cnn", "images": "resnet18"}
@@ -63,7 +63,7 @@ class TrainArgs:
     save_every_minutes: float | None = None
     batch_size: str | None = None        # a number, or "auto" (batch_search: the largest that fits here)
     launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
-    no_tune: bool = False                # --no-tune: no timed trial of the candidate settings (train/tune.py)
+    no_tune: bool = False                # --no-tune: no timed trial of the candidate settings (train/trial/tune.py)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 
@@ -87,7 +87,7 @@ class Prepared:
     resume_path: Path | None = None
     resume_payload: dict[str, Any] | None = None
     world: WorkerWorld | None = None     # set in a torchrun worker
-    tuning: dict[str, Any] | None = None  # the cached tuning entry applied to the plan (train/tune.py)
+    tuning: dict[str, Any] | None = None  # the cached tuning entry applied to the plan (train/trial/tune.py)
 
     @property
     def is_main(self) -> bool:
@@ -131,7 +131,7 @@ def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, P
     torchrun worker drops the launch flags (torchrun already launched it). Bad values raise UserError."""
     resume_path, payload = None, None
     if args.resume:
-        from fasttrain.train.resume import find_checkpoint, with_saved_args
+        from fasttrain.train.state.resume import find_checkpoint, with_saved_args
         resume_path, payload, skipped = find_checkpoint(args.resume, args.runs_dir, args.run_name)
         args = replace(with_saved_args(args, payload, RESUMED_FIELDS),
                        runs_dir=resume_path.parent.parent, run_name=resume_path.parent.name)
@@ -163,7 +163,7 @@ def _check_values(args: TrainArgs) -> None:
     if args.image_size is not None:
         check_image_size(args.image_size)
     check_minutes(args.save_every_minutes)  # also a resumed run's saved value, which no option callback has seen
-    from fasttrain.train.resilience import ON_NAN_MODES
+    from fasttrain.train.signals.resilience import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
 
@@ -204,10 +204,10 @@ def prepare(given: TrainArgs) -> Prepared:
         raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
     if payload is not None:
-        from fasttrain.train.resume import check_resumable
+        from fasttrain.train.state.resume import check_resumable
         check_resumable(payload, resume_path, plan, profile.optim.epochs)  # type: ignore[arg-type]
     prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume_path, payload, world)
-    from fasttrain.train.tune import apply_cached
+    from fasttrain.train.trial.tune import apply_cached
     plan, cached = apply_cached(prep)
     return replace(prep, plan=plan, tuning=cached)
 
@@ -271,7 +271,7 @@ def _fit_memory(args: TrainArgs, ref: str, resolved: Resolved, plan: Plan, repor
     """The whole training footprint against this machine (footprint.py, on the meta device): a batch that does
     not fit becomes micro-batches with accumulation (same effective batch and LR), re-resolved with its provenance
     so profile and plan agree; one that cannot fit is refused. A launching process hands its result to its workers."""
-    from fasttrain.train import footprint
+    from fasttrain.train.setup import footprint
     micro, accumulation, note = footprint.check(plan, resolved.profile, report, model_name, bundle.num_classes,
                                                 worker=world is not None, prefer=prefer)
     if (micro, accumulation) != (plan.batch_size, plan.accumulation_steps):
@@ -306,7 +306,7 @@ def _auto_batch(args: TrainArgs, ref: str, resolved: Resolved, report: HardwareR
                 num_classes: int, world: WorkerWorld | None) -> tuple[Resolved, str]:
     """--batch-size auto: the search on this machine (cached), applied as flags -> (re-resolved profile, its
     explanation). The search plans the profile as resolved without it; the final plan is made from the result."""
-    from fasttrain.train import batch_search
+    from fasttrain.train.setup import batch_search
     profile = resolved.profile
     batch, accumulation, message = batch_search.resolve_auto_batch(
         make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
@@ -351,7 +351,7 @@ def plan_notes(prep: Prepared) -> list[str]:
 def _tuning_view(prep: Prepared) -> dict[str, Any]:
     """What the tuning trial found (cached), or why none will run, for --dry-run: the run's own decision
     (tune.no_trial_reason, with the forecast's step time the run would give it)."""
-    from fasttrain.train.tune import forecast_for_run, no_trial_reason, tuning_line
+    from fasttrain.train.trial.tune import forecast_for_run, no_trial_reason, tuning_line
 
     if prep.tuning:
         return {"cached": True, **prep.tuning, "line": tuning_line({"cached": True, **prep.tuning})}

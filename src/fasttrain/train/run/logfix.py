@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core.files import write_text_atomic
-from fasttrain.train.diskspace import disk_write_error
+from fasttrain.core.diskspace import disk_write_error
 
 
 def _kept(row: Any, epoch: int, batch: int) -> bool:

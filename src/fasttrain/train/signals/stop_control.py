@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fasttrain.train.resilience import GracefulStop, SignalHook
+from fasttrain.train.signals.resilience import GracefulStop, SignalHook
 
 
 class StopControl:
@@ -21,7 +21,7 @@ class StopControl:
         self.last_save = time.monotonic()
         self.vote = None
         if dist is not None:
-            from fasttrain.train.distributed import StopVote
+            from fasttrain.train.parallel.ddp import StopVote
             self.vote = StopVote(dist)
 
     def saved(self) -> None:

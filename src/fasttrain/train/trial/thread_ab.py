@@ -57,7 +57,7 @@ def arms_for(plan: Any, cores: int) -> list[int]:
 def wanted(plan: Any, prep: Any, tuning: dict[str, Any], env: dict[str, str]) -> bool:
     """On the CPU, with loader workers, when the user left workers and threads open and nothing measured the
     split yet (a trial that timed it, or a cached choice)."""
-    from fasttrain.train.tune import LOAD_ROW
+    from fasttrain.train.trial.tune import LOAD_ROW
     measured = any(row.get("candidate") == LOAD_ROW for row in tuning.get("candidates", []))
     return (plan.device == "cpu" and plan.workers > 0 and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
             and not getattr(prep.args, "no_tune", False) and not tuning.get("cached") and not measured
@@ -88,7 +88,7 @@ def attach(trainer: Any, prep: Any, tuning: dict[str, Any], say: Callable[[str],
 
 
 def _record(prep: Any, best: int, other: int, ratio: float) -> None:
-    from fasttrain.train.tune import trial_key
+    from fasttrain.train.trial.tune import trial_key
     from fasttrain.tuning.store import Measurement, lookup, record
     try:
         key = trial_key(prep)

@@ -33,19 +33,19 @@ from fasttrain.core.errors import JobFailed, Problem, UserError
 from fasttrain.models.setup import prepare_model
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec, Profile
-from fasttrain.train.backoff import OomBackoff
-from fasttrain.train.checkpoint import load_model_state, restore_rng_states, rng_states
-from fasttrain.train.data_check import check_trained, skipped_so_far, validation_note
-from fasttrain.train.epoch_sums import EpochSums
+from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.state.checkpoint import load_model_state, restore_rng_states, rng_states
+from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
+from fasttrain.train.loop.epoch_sums import EpochSums
 from fasttrain.train.events import Collaborators
-from fasttrain.train.optim import LRSchedule, build_optimizer
-from fasttrain.train.outcome import FitResult, Interrupted
-from fasttrain.train.precision import make_precision
-from fasttrain.train.resilience import GracefulStop, NonFiniteGuard
-from fasttrain.train.step import StepEngine, unpack_batch, window_length
-from fasttrain.train.step_report import PendingStep, StepReporter
-from fasttrain.train.stopping import StopControl
-from fasttrain.train.validation import evaluate
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer
+from fasttrain.train.loop.outcome import FitResult, Interrupted
+from fasttrain.train.loop.precision import make_precision
+from fasttrain.train.signals.resilience import GracefulStop, NonFiniteGuard
+from fasttrain.train.loop.step import StepEngine, unpack_batch, window_length
+from fasttrain.train.loop.step_report import PendingStep, StepReporter
+from fasttrain.train.signals.stop_control import StopControl
+from fasttrain.train.loop.validation import evaluate
 
 __all__ = ["Collaborators", "FitResult", "Interrupted", "Trainer"]
 
@@ -163,7 +163,7 @@ class Trainer:
         pending: list[PendingStep] = []
         last_log = time.perf_counter()
         for i in range(first, n):
-            if self.step_hook is not None:  # e.g. train/thread_ab.py: compute threads decided by the first steps
+            if self.step_hook is not None:  # e.g. train/trial/thread_ab.py: compute threads decided by the first steps
                 self.step_hook(i)
             t0 = time.perf_counter()
             try:

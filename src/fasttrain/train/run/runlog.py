@@ -30,9 +30,9 @@ from typing import Any
 
 from fasttrain.core.files import write_text_atomic
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.diskspace import disk_full, disk_write_error
-from fasttrain.train.logfix import quiet_writer_threads, truncate_metrics
-from fasttrain.train.runlock import RunLock
+from fasttrain.core.diskspace import disk_full, disk_write_error
+from fasttrain.train.run.logfix import quiet_writer_threads, truncate_metrics
+from fasttrain.train.run.lock import RunLock
 
 METRICS_FILE = "metrics.jsonl"
 PROFILE_FILE = "profile.yaml"

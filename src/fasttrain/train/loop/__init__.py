@@ -1,0 +1,1 @@
+"""The training loop: epochs, the step engine, precision, optimizer and schedule, validation."""

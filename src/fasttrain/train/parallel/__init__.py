@@ -1,0 +1,1 @@
+"""Several processes: the torchrun launch and DDP inside a worker."""

@@ -1,0 +1,1 @@
+"""One run executed: the run folder, its log and lock, the summary."""

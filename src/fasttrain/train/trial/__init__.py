@@ -1,0 +1,1 @@
+"""The tuning trial before the first epoch and the compute-thread A/B of the first steps."""
