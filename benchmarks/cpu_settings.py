@@ -30,6 +30,7 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
 from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.hardware.machine import probe
+from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.trainer import Trainer
 from fasttrain.train.loop.step import window_length
 
@@ -58,8 +59,7 @@ class Case:
         self.name, self.threads = name, threads or cpu_threads(self.plan.workers)
         torch.manual_seed(0)
         model = create_model("tiny_cnn", bundle.num_classes)
-        self.trainer = Trainer(self.plan, profile.optim, model, steps_per_epoch=10_000,
-                               activation_checkpointing=False)
+        self.trainer = Trainer(StepEngine.build(self.plan, profile.optim, model, batches_per_epoch=10_000))
         sampler = EpochSampler(bundle.train_size, seed=0, drop_last=True)
         self.loader, _ = build_loaders(bundle, self.plan, seed=0, epoch_sampler=sampler)
         self.batches = self._cycle()

@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from fasttrain.train.parallel import ddp as distributed  # noqa: E402
-from fasttrain.train.parallel.launch import WorkerWorld  # noqa: E402
+from fasttrain.train.types import WorkerWorld  # noqa: E402
 from fasttrain.models.registry import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.profiles.presets import resolve  # noqa: E402
 from fasttrain.hardware.machine import probe  # noqa: E402
+from fasttrain.train.loop.step import StepEngine  # noqa: E402
 from fasttrain.train.loop.trainer import Trainer  # noqa: E402
 
 TARGET = 0.95
@@ -64,9 +65,11 @@ def code_path(model_name: str, rounds: int, batches_per_round: int, batch: int, 
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     with distributed.joined(WorkerWorld(0, 0, 1, 1), "cpu") as ctx:
         torch.manual_seed(0)
-        plain = Trainer(plan, profile.optim, create_model(model_name, 10), steps_per_epoch=batches_per_round)
+        plain = Trainer(StepEngine.build(plan, profile.optim, create_model(model_name, 10),
+                                         batches_per_epoch=batches_per_round))
         torch.manual_seed(0)
-        ddp = Trainer(plan, profile.optim, create_model(model_name, 10), steps_per_epoch=batches_per_round, dist=ctx)
+        ddp = Trainer(StepEngine.build(plan, profile.optim, create_model(model_name, 10),
+                                       batches_per_epoch=batches_per_round, dist=ctx), dist=ctx)
         for t in (plain, ddp):  # warm-up: allocator, oneDNN primitives, DDP's bucket rebuild
             t.train_epoch(batches[:2], 0)
         ratios, extra = [], []

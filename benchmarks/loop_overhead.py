@@ -33,7 +33,9 @@ from fasttrain.train.run.runlog import RunLog
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.models.tiny import tiny_cnn
 from fasttrain.hardware.machine import probe
-from fasttrain.train.loop.trainer import Collaborators, Trainer
+from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.step import StepEngine
+from fasttrain.train.loop.trainer import Trainer
 
 
 class NullStream(io.TextIOBase):
@@ -74,8 +76,8 @@ def fixed_cost_per_step(plan, profile, rounds: int, steps: int = 400) -> tuple[f
         runlog = RunLog(Path(tmp))
         with Dashboard(plan, total_batches=steps * rounds, epochs=rounds, mode="plain", stream=NullStream(),
                        telemetry=telemetry) as dash:
-            trainer = Trainer(plan, profile.optim, copy.deepcopy(tiny), steps_per_epoch=steps,
-                              collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
+            engine = StepEngine.build(plan, profile.optim, copy.deepcopy(tiny), batches_per_epoch=steps)
+            trainer = Trainer(engine, io=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
             hand_model = copy.deepcopy(tiny).to(memory_format=torch.channels_last)
             hand_opt = torch.optim.AdamW(param_groups(hand_model, profile.optim.weight_decay), lr=plan.scaled_lr,
                                          foreach=True)
@@ -121,8 +123,8 @@ def main() -> int:
         runlog = RunLog(Path(tmp))
         with Dashboard(plan, total_batches=args.batches * args.rounds, epochs=args.rounds, mode="plain",
                        stream=NullStream(), telemetry=telemetry) as dash:
-            trainer = Trainer(plan, profile.optim, copy.deepcopy(base), steps_per_epoch=args.batches,
-                              collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
+            engine = StepEngine.build(plan, profile.optim, copy.deepcopy(base), batches_per_epoch=args.batches)
+            trainer = Trainer(engine, io=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
             # One compute thread on both sides: with other jobs on this 2-core machine, two spinning OpenMP
             # threads make each reading swing by several times, which would drown a 3% effect.
             threads = args.threads

@@ -68,3 +68,18 @@ speed:
   precision: fp32
   compile: false
 """
+
+
+def make_trainer(plan: Any, optim: Any, model: Any, *, batches: int, io: Any = None, stop: Any = None,
+                 dist: Any = None, **settings: Any) -> Any:
+    """The step engine for `model` and a Trainer around it, as train/run/execute.py builds them. `settings`:
+    LoopOptions fields (patience defaults to the profile's) and StepEngine.build keywords."""
+    import dataclasses
+
+    from fasttrain.train.loop.step import StepEngine
+    from fasttrain.train.loop.trainer import LoopOptions, Trainer
+    loop_fields = {f.name for f in dataclasses.fields(LoopOptions)}
+    options = {"patience": optim.early_stopping_patience, **{k: v for k, v in settings.items() if k in loop_fields}}
+    engine = {k: v for k, v in settings.items() if k not in loop_fields}
+    built = StepEngine.build(plan, optim, model, batches_per_epoch=batches, dist=dist, **engine)
+    return Trainer(built, io=io, options=LoopOptions(**options), stop=stop, dist=dist)

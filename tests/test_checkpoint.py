@@ -21,7 +21,7 @@ def test_round_trip_restores_weights_and_versions(tmp_path: Path) -> None:
     payload = ck.load(path)
     assert payload["epoch"] == 3 and payload["versions"]["torch"] == torch.__version__
     dst = tiny_mlp(seed=2)
-    ck.load_model_state(dst, payload, path)
+    ck.load_model_state(dst, payload["model"], path)
     for a, b in zip(src.state_dict().values(), dst.state_dict().values()):
         assert torch.equal(a, b)
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"], "a temporary file was left behind"
@@ -66,7 +66,7 @@ def test_foreign_file_and_missing_file(tmp_path: Path) -> None:
 def test_shape_mismatch_names_the_file_and_the_tensor(tmp_path: Path) -> None:
     path = ck.save_atomic(_payload(tiny_mlp(classes=3)), tmp_path / "best.pt")
     with pytest.raises(UserError) as err:
-        ck.load_model_state(tiny_mlp(classes=5), ck.load(path), path)
+        ck.load_model_state(tiny_mlp(classes=5), ck.load(path)["model"], path)
     assert str(path) in str(err.value) and "3.weight" in str(err.value)
 
 

@@ -94,8 +94,8 @@ def test_an_older_checkpoint_without_a_checksum_loads_with_a_note(reference: Pat
     del payload["checksum"]
     (tmp_path / "old").mkdir()
     torch.save(payload, tmp_path / "old" / "last.pt")
-    path, loaded, _ = find_checkpoint(str(tmp_path / "old"), tmp_path, None)
-    assert loaded["checksum_note"] == "no checksum" and loaded["epoch"] == 2
+    resume, _ = find_checkpoint(str(tmp_path / "old"), tmp_path, None)
+    assert ck.load(resume.path)["checksum_note"] == "no checksum" and resume.state.position.epoch == 2
     assert "has no checksum (written by an older fasttrain)" in capsys.readouterr().err
 
 
@@ -110,11 +110,11 @@ def test_auto_takes_the_furthest_checkpoint_and_run_not_the_newest_file(referenc
     os.utime(runs / "a" / "epoch_0001.pt", (now, now))            # cp -r: the older checkpoint looks newest
     os.utime(runs / "a" / "epoch_0002.pt", (now - 3600, now - 3600))
     os.utime(runs / "b" / "epoch_0001.pt", (now + 60, now + 60))  # and the run that got less far, too
-    path, payload, skipped = find_checkpoint("auto", runs, "a")
-    assert path.name == "epoch_0002.pt" and payload["epoch"] == 2 and not skipped
+    resume, skipped = find_checkpoint("auto", runs, "a")
+    assert resume.path.name == "epoch_0002.pt" and resume.state.position.epoch == 2 and not skipped
     assert latest_run(runs) == runs / "a"
-    path, _, _ = find_checkpoint("auto", runs, None)
-    assert path == runs / "a" / "epoch_0002.pt"
+    resume, _ = find_checkpoint("auto", runs, None)
+    assert resume.path == runs / "a" / "epoch_0002.pt"
     shutil.copy(reference / "epoch_0002.pt", runs / "b" / "epoch_0002.pt")  # a tie: the later name wins
     assert latest_run(runs) == runs / "b"
 
@@ -212,4 +212,4 @@ def test_a_bad_test_hook_value_is_one_line_and_exit_2(work: Path, cli, monkeypat
     assert res.err.strip().startswith(f"fasttrain: error: {name}:") and "(a test hook)" in res.err
     with pytest.raises(UserError):
         (ck.test_slow_save_seconds() if "SLOW" in name else __import__(
-            "fasttrain.train.signals.resilience").train.signals.resilience.SignalHook.from_env())
+            "fasttrain.train.signals.scripted").train.signals.scripted.SignalHook.from_env())

@@ -96,9 +96,9 @@ def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path:
     assert payload["epoch"] == 2 and payload["profile"]["loader"]["batch_size"] == 4
     assert {"model", "optimizer", "schedule", "rng", "sampler", "plan", "versions"} <= set(payload)
     from fasttrain.models.tiny import tiny_cnn
-    checkpoint.load_model_state(tiny_cnn(num_classes=3), payload, run / "last.pt")
+    checkpoint.load_model_state(tiny_cnn(num_classes=3), payload["model"], run / "last.pt")
     with pytest.raises(Exception, match="does not fit"):
-        checkpoint.load_model_state(tiny_cnn(num_classes=4), payload, run / "last.pt")
+        checkpoint.load_model_state(tiny_cnn(num_classes=4), payload["model"], run / "last.pt")
     assert torch.is_tensor(payload["rng"]["torch"])
 
 

@@ -197,8 +197,8 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     import torch
 
     from fasttrain.train.run.runlog import RunLog, read_metrics
-    from fasttrain.train.loop.trainer import Collaborators, Trainer
-    from loop_helpers import cpu_plan, tiny_mlp
+    from fasttrain.train.events import Collaborators
+    from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
     loop_plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 4},
                                   optim={"optimizer": "sgd", "base_lr": 0.05, "base_batch": 8, "epochs": 2})
@@ -208,9 +208,9 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     out = io.StringIO()
     log = RunLog(tmp_path, tensorboard=False)
     with Dashboard(loop_plan, total_batches=24, epochs=2, mode="plain", stream=out, telemetry=tel) as dash:
-        trainer = Trainer(loop_plan, profile.optim, tiny_mlp(), steps_per_epoch=12, profile=profile,
+        trainer = make_trainer(loop_plan, profile.optim, tiny_mlp(), batches=12,
                           log_interval_s=1e9,  # sync only at the first and last batch: one burst of 11
-                          collaborators=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
+                          io=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
         result = trainer.fit(batches, batches[:2], epochs=2)
         dash.close({"best_val_acc1": result.best_acc1})
     log.close()
@@ -234,7 +234,7 @@ def test_dashboard_is_a_train_listener(plan) -> None:
     with Dashboard(plan, total_batches=4, epochs=1, mode="plain", stream=out) as dash:
         assert isinstance(dash, TrainListener)
         dash.on_run_start(plan, ["a note"])
-        dash.on_step(StepEvent({"epoch": 0}, None, {}))  # no telemetry record: nothing to draw
+        dash.on_step(StepEvent(StepRecord(0, 0, 0, 4, 8, 0.0, 0.0, 0.01), None))  # no telemetry: nothing to draw
         dash.on_epoch_end({"epoch": 1, "train_loss": 0.5})
         dash.on_message("careful", level="warning")
         dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}, {"run_dir": "runs/x"}))

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import child_env, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, tiny_mlp, write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
 
 # A real model file in the run's folder (`--model nobn:net`): convolutions, no batch norm, whose batch
 # statistics would make 2 x 4 images differ from 8 by design.
@@ -50,7 +50,7 @@ def _free_port() -> int:
 @pytest.fixture
 def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     from fasttrain.train.parallel import ddp as distributed
-    from fasttrain.train.parallel.launch import WorkerWorld
+    from fasttrain.train.types import WorkerWorld
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
     with distributed.joined(WorkerWorld(0, 0, 1, 1), "cpu") as ctx:
@@ -58,9 +58,8 @@ def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 
 
 def _trainer(ctx, accumulation: int, stop=None):  # noqa: ANN001, ANN202
-    from fasttrain.train.loop.trainer import Trainer
     plan, profile = cpu_plan(optim={"accumulation_steps": accumulation}, speed={"precision": "fp32"})
-    return Trainer(plan, profile.optim, tiny_mlp(in_features=3 * 16 * 16), steps_per_epoch=4, dist=ctx, stop=stop)
+    return make_trainer(plan, profile.optim, tiny_mlp(in_features=3 * 16 * 16), batches=4, dist=ctx, stop=stop)
 
 
 def _batches(n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -80,12 +79,12 @@ def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> Non
     trainer = _trainer(one_rank, accumulation=2)
     trainer.engine.top.register_comm_hook(None, counting)
     row = trainer.train_epoch(_batches(4), 0)
-    assert trainer.schedule.step == 2 and len(calls) == 2, "no_sync must skip the first micro-step of each window"
-    assert row["train_images"] == 16 and trainer.oom_backoff is False
+    assert trainer.engine.schedule.step == 2 and len(calls) == 2, "no_sync must skip the first micro-step of each window"
+    assert row["train_images"] == 16 and trainer.engine.backoff.enabled is False
 
 
 def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:  # noqa: ANN001
-    from fasttrain.train.signals.resilience import GracefulStop
+    from fasttrain.train.signals.lifecycle import GracefulStop
     from fasttrain.train.loop.trainer import Interrupted
     stop = GracefulStop()
     stop.requested = signal.SIGTERM

@@ -71,16 +71,16 @@ def test_the_early_handler_is_only_armed_for_the_train_command() -> None:
     for args, armed in ((["train", "--help"], True), (["--debug", "train"], True), (["doctor"], False)):
         out = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = ['fasttrain'] + {args!r}; {code}"],
                              capture_output=True, text=True, env=child_env(), timeout=60).stdout.strip()
-        assert (out == "_stopped_before_training") == armed, (args, out)
+        assert (out == "stopped_before_training") == armed, (args, out)
 
 
 def test_a_sigterm_after_the_run_finished_does_not_kill_the_summary() -> None:
-    """From the last step to the command's end a SIGTERM is ignored (train/signals/before_training.hold_after_run), and the
-    command's own end restores the default: a finished run never exits -15 while writing its summary."""
+    """From the last step to the command's end a SIGTERM is ignored (train/signals/lifecycle.py, after training),
+    and the command's own end restores the default: a finished run never exits -15 while writing its summary."""
     script = ("import os, signal\n"
-              "from fasttrain.train.signals import before_training as e\n"
-              "e.hold_after_run(); os.kill(os.getpid(), signal.SIGTERM); print('alive after SIGTERM')\n"
-              "e.release_after_run(); assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+              "from fasttrain.train.signals.lifecycle import train_signals as e\n"
+              "e.after_training(); os.kill(os.getpid(), signal.SIGTERM); print('alive after SIGTERM')\n"
+              "e.command_done(); assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n")
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(),
                            cwd=REPO, timeout=60)

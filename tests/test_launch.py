@@ -8,7 +8,7 @@ import pytest
 
 from fasttrain.train.parallel import launch
 from fasttrain.core.errors import UserError
-from fasttrain.train.parallel.launch import LaunchSpec
+from fasttrain.train.types import LaunchSpec
 from loop_helpers import FIXTURES
 
 

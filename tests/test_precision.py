@@ -7,7 +7,8 @@ import torch
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
 from fasttrain.train.loop.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.step import StepEngine
+from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.step import StepEngine, StepSettings
 from loop_helpers import tiny_mlp
 
 
@@ -15,8 +16,8 @@ def _engine(precision_name: str) -> StepEngine:
     model = tiny_mlp()
     opt = build_optimizer(model, OptimSpec(optimizer="sgd", momentum=0.0), 0.1, fused=False)
     sched = LRSchedule(opt, 0.1, total_steps=10, warmup_steps=0, schedule="constant")
-    return StepEngine(model, model, opt, make_precision(precision_name, "cpu", init_scale=256.0), sched,
-                      device=torch.device("cpu"), channels_last=False, non_blocking=False, clip_grad_norm=1.0)
+    return StepEngine(model, model, opt, sched, make_precision(precision_name, "cpu", init_scale=256.0),
+                      StepSettings(clip_grad_norm=1.0), OomBackoff(8, lambda text: None))
 
 
 def test_fp32_has_neither_autocast_nor_scaler() -> None:

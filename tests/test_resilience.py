@@ -13,9 +13,11 @@ import torch
 from conftest import REPO
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.checkpoint import CheckpointPolicy
-from fasttrain.train.loop.trainer import Collaborators, Trainer
+from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.trainer import Trainer
+from fasttrain.train.state.run_state import Resume, RunExtras, RunState
 from image_tree import write_corrupt
-from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, tiny_mlp, write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
 
 # Plain SGD at a constant LR, so a skipped or split step shows in the weights as it is.
 PROFILE = DETERMINISTIC_PROFILE.replace("optim:\n", "optim:\n  optimizer: sgd\n  schedule: constant\n")
@@ -71,7 +73,7 @@ def test_nan_skip_keeps_training_with_finite_weights(train, monkeypatch) -> None
 def test_one_nan_step_is_skipped_not_applied() -> None:
     plan, profile = cpu_plan(optim={"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "epochs": 1,
                                     "warmup_epochs": 0, "schedule": "constant"}, speed={"precision": "fp32"})
-    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=2)
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2)
     x, y = torch.randn(4, 12), torch.randint(0, 3, (4,))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     row = trainer.train_epoch([(x * float("nan"), y), (x, y)], epoch=0)
@@ -151,19 +153,21 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
     batches[1] = (batches[1][0] * 1e30, batches[1][1])  # overflows fp16: the scaler backs off
 
     def fresh() -> Trainer:
-        return Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=4,
-                       collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
+        return make_trainer(plan, profile.optim, tiny_mlp(), batches=4,
+                            io=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
     first = fresh()
     first.train_epoch(batches, epoch=0)
-    scale = first.precision.scale
-    assert scale == 2.0 ** 15 and first.schedule.step == 4
-    path = ck.save_atomic(first.state(1), tmp_path / "last.pt")
+    one = first.engine
+    scale = one.precision.scale
+    assert scale == 2.0 ** 15 and one.schedule.step == 4
+    path = ck.save_atomic(first.snapshot(1).to_payload(), tmp_path / "last.pt")
     second = fresh()
-    second.load_state(ck.load(path), path)
-    assert second.precision.scaler.state_dict() == first.precision.scaler.state_dict()
-    assert second.precision.scale == scale
-    assert second.schedule.state_dict() == first.schedule.state_dict()
-    assert second.schedule.current() == first.schedule.current() != 0
+    second.restore(Resume(path, RunState.from_payload(ck.load(path))))
+    two = second.engine
+    assert two.precision.scaler.state_dict() == one.precision.scaler.state_dict()
+    assert two.precision.scale == scale
+    assert two.schedule.state_dict() == one.schedule.state_dict()
+    assert two.schedule.current() == one.schedule.current() != 0
     for t in (first, second):  # and both continue identically
         t.train_epoch(batches[2:], epoch=1)
     for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values()):
@@ -172,13 +176,13 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
 
 def test_save_every_minutes_writes_mid_epoch_checkpoints(tmp_path: Path) -> None:
     plan, profile = cpu_plan(optim={"optimizer": "sgd", "epochs": 1, "warmup_epochs": 0})
-    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=3, save_every_s=0.0,
-                      collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
-                      extra_state=lambda consumed: {"consumed": consumed})
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=3, save_every_s=0.0,
+                           io=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
+                           extras=lambda consumed: RunExtras(args={"consumed": consumed}))
     x, y = torch.randn(4, 12), torch.randint(0, 3, (4,))
     trainer.train_epoch([(x, y)] * 3, epoch=0)
     payload = ck.load(tmp_path / "last.pt")  # written after batch 2 (a save after the last batch is the epoch's)
-    assert (payload["epoch"], payload["batch_in_epoch"], payload["consumed"]) == (0, 2, 2)
+    assert (payload["epoch"], payload["batch_in_epoch"], payload["args"]["consumed"]) == (0, 2, 2)
     assert payload["partial"]["images"] == 8 and math.isfinite(payload["partial"]["loss_sum"])
 
 
@@ -187,7 +191,7 @@ def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
     import signal
     import threading
 
-    from fasttrain.train.signals.resilience import GracefulStop
+    from fasttrain.train.signals.lifecycle import GracefulStop
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with GracefulStop() as stop:
         assert signal.getsignal(signal.SIGTERM) == stop._handle

@@ -135,7 +135,7 @@ def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
         child.wait()
     payload = ck.load(run / "last.pt")  # the epoch-1 checkpoint, whole
     assert payload["epoch"] == 1 and payload["batch_in_epoch"] == 0
-    ck.load_model_state(__import__("fasttrain.models.tiny").models.tiny.tiny_cnn(num_classes=3), payload,
+    ck.load_model_state(__import__("fasttrain.models.tiny").models.tiny.tiny_cnn(num_classes=3), payload["model"],
                         run / "last.pt")
     assert list(run.glob(".last.pt.*.tmp"))  # the dead process's temporary file ...
     ck.CheckpointPolicy(run).save_last(payload)

@@ -77,9 +77,9 @@ def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None: 
 
 
 def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    from fasttrain.train.loop.trainer import Trainer
+    from fasttrain.train.loop.step import StepEngine
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch
-    original = Trainer._train_batch
+    original = StepEngine.step
     deleted: list[int] = []
 
     def train_batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -88,7 +88,7 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
             shutil.rmtree(data)
             deleted.append(self.schedule.step)
         return out
-    monkeypatch.setattr(Trainer, "_train_batch", train_batch)
+    monkeypatch.setattr(StepEngine, "step", train_batch)
     # the per-image path reads the files every epoch (decoded once into RAM, they would not be read again)
     res, run = train(data, "--json", "--epochs", "3", "--set", "loader.decode_once=false")
     assert deleted == [8]
@@ -102,16 +102,16 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
 
 
 def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    from fasttrain.train.loop.trainer import Trainer
+    from fasttrain.train.loop.step import StepEngine
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch, decoded into RAM in epoch 1
-    original = Trainer._train_batch
+    original = StepEngine.step
 
     def train_batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         out = original(self, *args, **kwargs)
         if self.schedule.step == 8 and data.exists():
             shutil.rmtree(data)
         return out
-    monkeypatch.setattr(Trainer, "_train_batch", train_batch)
+    monkeypatch.setattr(StepEngine, "step", train_batch)
     res, run = train(data, "--json", "--epochs", "3")
     assert res.code == 0, res.err
     summary = json.loads(res.out)

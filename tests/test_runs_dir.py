@@ -55,7 +55,7 @@ def test_a_read_only_working_directory_names_runs_and_the_fix(read_only) -> None
 
 
 def test_the_probe_leaves_nothing_behind(tmp_path: Path) -> None:
-    from fasttrain.train.setup.prepare import check_runs_dir
+    from fasttrain.train.setup.args import check_runs_dir
     check_runs_dir(tmp_path / "a" / "b" / "runs")
     assert list(tmp_path.iterdir()) == []  # the folders made for the probe are gone again
     (tmp_path / "runs").mkdir()

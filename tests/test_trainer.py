@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from fasttrain.train.loop.step import window_length
-from fasttrain.train.loop.trainer import Collaborators, Trainer
+from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.synthetic import run_synthetic_steps
-from loop_helpers import cpu_plan, tiny_mlp
+from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,
              "base_batch": 8}
@@ -44,7 +44,7 @@ def test_accumulation_equals_one_large_batch() -> None:
     model = tiny_mlp()
     reference = copy.deepcopy(model)
     micro = _batches(4, 2)
-    Trainer(plan, profile.optim, model, steps_per_epoch=4).train_epoch(micro, epoch=0)
+    make_trainer(plan, profile.optim, model, batches=4).train_epoch(micro, epoch=0)
     _reference_step(reference, torch.cat([b[0] for b in micro]), torch.cat([b[1] for b in micro]), 0.5)
     for a, b in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -56,9 +56,9 @@ def test_final_partial_window_divides_by_its_real_length() -> None:
     model = tiny_mlp()
     reference = copy.deepcopy(model)
     batches = _batches(3, 2, seed=1)
-    trainer = Trainer(plan, profile.optim, model, steps_per_epoch=3)
+    trainer = make_trainer(plan, profile.optim, model, batches=3)
     trainer.train_epoch(batches, epoch=0)
-    assert trainer.schedule.step == 2  # two optimizer steps: a full window and a window of one batch
+    assert trainer.engine.schedule.step == 2  # two optimizer steps: a full window and a window of one batch
     lr = plan.scaled_lr
     _reference_step(reference, torch.cat([batches[0][0], batches[1][0]]), torch.cat([batches[0][1], batches[1][1]]), lr)
     _reference_step(reference, *batches[2], lr)
@@ -86,8 +86,8 @@ def test_clipping_sees_unscaled_gradients(monkeypatch: pytest.MonkeyPatch) -> No
         return real_clip(params, max_norm, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
-    trainer = Trainer(plan, profile.optim, model, steps_per_epoch=1)
-    assert trainer.precision.scaler is not None and trainer.precision.scale == 2.0 ** 16
+    trainer = make_trainer(plan, profile.optim, model, batches=1)
+    assert trainer.engine.precision.scaler is not None and trainer.engine.precision.scale == 2.0 ** 16
     trainer.train_epoch([(x, y)], epoch=0)
     assert len(seen) == 1
     assert seen[0] == pytest.approx(true_norm, rel=2e-2), "clip saw scaled gradients (clip before unscale)"
@@ -97,7 +97,7 @@ def test_clipping_limits_the_update() -> None:
     plan, profile = cpu_plan(optim={**SGD_PLAIN, "clip_grad_norm": 1e-3})
     model = tiny_mlp()
     before = [p.detach().clone() for p in model.parameters()]
-    Trainer(plan, profile.optim, model, steps_per_epoch=1).train_epoch(_batches(1, 8), epoch=0)
+    make_trainer(plan, profile.optim, model, batches=1).train_epoch(_batches(1, 8), epoch=0)
     moved = torch.linalg.vector_norm(torch.stack([(p - b).norm() for p, b in zip(model.parameters(), before)]))
     assert moved.item() == pytest.approx(plan.scaled_lr * 1e-3, rel=1e-3)  # lr x max_norm
 
@@ -140,8 +140,8 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
 
     log = Log()
     from fasttrain.train.state.checkpoint import CheckpointPolicy
-    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=len(train), profile=profile,
-                      collaborators=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
+    trainer = make_trainer(plan, profile.optim, _conv_net(), batches=len(train),
+                      io=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
     assert trainer.model.training and next(trainer.model.parameters()).is_contiguous(memory_format=torch.channels_last)
     result = trainer.fit(train, val, epochs=4)
     losses = [row["train_loss"] for row in result.history]
@@ -158,8 +158,8 @@ def test_compiled_channels_last_model_trains() -> None:
                              speed={"compile": True, "channels_last": True})
     assert plan.compile
     warnings: list[str] = []
-    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=3,
-                      collaborators=Collaborators(warn=warnings.append))
+    trainer = make_trainer(plan, profile.optim, _conv_net(), batches=3,
+                      io=Collaborators(warn=warnings.append))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train_epoch(_separable(3, 0), epoch=0)
     assert warnings == [], warnings
@@ -178,18 +178,18 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.
     monkeypatch.setattr(ms.torch, "compile", broken_compile)
     plan, profile = cpu_plan(optim={**SGD_PLAIN}, speed={"compile": True})
     warnings: list[str] = []
-    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=2,
-                      collaborators=Collaborators(warn=warnings.append))
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2,
+                      io=Collaborators(warn=warnings.append))
     trainer.train_epoch(_batches(2, 4), epoch=0)
     assert len(warnings) == 1 and "failed, training eager" in warnings[0] and "no C++ compiler" in warnings[0]
-    assert trainer.schedule.step == 2
+    assert trainer.engine.schedule.step == 2
 
 
 def test_activation_checkpointing_gives_the_same_gradients() -> None:
     plan, profile = cpu_plan(optim={**SGD_PLAIN})
     x, y = _separable(1, 3)[0]
-    plain = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=1)
-    ckpt = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=1, activation_checkpointing=True)
+    plain = make_trainer(plan, profile.optim, _conv_net(), batches=1)
+    ckpt = make_trainer(plan, profile.optim, _conv_net(), batches=1, activation_checkpointing=True)
     assert any("checkpoint" in n for n in ckpt.notes)
     plain.train_epoch([(x, y)], epoch=0)
     ckpt.train_epoch([(x, y)], epoch=0)
@@ -200,7 +200,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 def test_early_stopping_after_patience_epochs_without_a_better_val_acc() -> None:
     plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 8},
                              optim={**SGD_PLAIN, "base_lr": 1e-12, "early_stopping_patience": 2, "epochs": 10})
-    trainer = Trainer(plan, profile.optim, _conv_net(), steps_per_epoch=2)
+    trainer = make_trainer(plan, profile.optim, _conv_net(), batches=2)
     result = trainer.fit(_separable(2, 0), _separable(2, 1), epochs=10)
     assert result.stopped_early and result.epochs_run == 3 and result.best_epoch == 1  # LR ~0: nothing improves
     assert any("early stop after epoch 3" in n for n in result.notes)
@@ -216,7 +216,7 @@ def test_fp16_overflow_step_is_skipped_and_reported() -> None:
         def log_step(self, row: dict) -> None:
             self.rows.append(row)
 
-    trainer = Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=2, collaborators=Collaborators(runlog=Log()))
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2, io=Collaborators(runlog=Log()))
     (x, y), good = _batches(2, 4)
     # fp16 overflows -> inf loss and gradients -> the GradScaler skips the step and halves its scale
     row = trainer.train_epoch([(x * 1e30, y), good], epoch=0)
@@ -230,7 +230,7 @@ def test_diverged_training_fails_the_job() -> None:
     plan, profile = cpu_plan(optim={**SGD_PLAIN})
     x, y = _batches(1, 4)[0]
     with pytest.raises(JobFailed, match="diverged"):
-        Trainer(plan, profile.optim, tiny_mlp(), steps_per_epoch=1).train_epoch([(x * float("nan"), y)], epoch=0)
+        make_trainer(plan, profile.optim, tiny_mlp(), batches=1).train_epoch([(x * float("nan"), y)], epoch=0)
 
 
 def test_run_synthetic_steps_reports_throughput() -> None:

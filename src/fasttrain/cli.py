@@ -11,22 +11,12 @@ import signal
 import sys
 
 
-def _stopped_before_training(signum: int, frame: object) -> None:
-    """SIGTERM/SIGINT to `fasttrain train` before its loop handles signals (train/signals/before_training.py): nothing to save."""
-    try:
-        sys.stdout.flush()  # what was printed so far (may fail when interrupted mid-write)
-    except Exception:  # noqa: BLE001
-        pass
-    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
-    os.write(2, f"fasttrain: stopped by {name} before training started; nothing to save\n".encode())
-    os._exit(130 if signum == signal.SIGINT else 128 + signum)  # 143: terminated, not a success
-
-
-# Armed first thing, before any heavy import, when this process is `fasttrain train` (not when imported).
+# Armed first thing, before any heavy import, when this process is `fasttrain train` (not when imported):
+# a signal before training has nothing to save (train/signals/lifecycle.py, which imports only the stdlib).
 if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
         [a for a in sys.argv[1:] if not a.startswith("-")][:1] == ["train"]:
-    signal.signal(signal.SIGTERM, _stopped_before_training)
-    signal.signal(signal.SIGINT, _stopped_before_training)
+    from fasttrain.train.signals.lifecycle import train_signals
+    train_signals.before_training()
 
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402

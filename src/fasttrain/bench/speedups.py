@@ -291,15 +291,16 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
 
     from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
     from fasttrain.models.setup import CompileGuard
-    from fasttrain.train.loop.trainer import Collaborators, Trainer
+    from fasttrain.train.events import Collaborators
+    from fasttrain.train.loop import step, trainer as loop
 
     warnings: list[str] = []
     plan = variant.plan
     cand: Candidate | None = None
     reason = ""
     try:
-        trainer = Trainer(plan, optim, model_factory(), steps_per_epoch=10**6,
-                          collaborators=Collaborators(warn=warnings.append))
+        engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append)
+        trainer = loop.Trainer(engine, io=Collaborators(warn=warnings.append))
         gen = torch.Generator().manual_seed(0)
         images = torch.randn(plan.batch_size, 3, image_size, image_size, generator=gen)
         targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)
@@ -315,7 +316,7 @@ def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image
                                       else f"{type(exc).__name__}: {first}")
     if not reason and cand is not None:
         return cand
-    cand = trainer = images = targets = runner = None  # noqa: F841 - drop the model and optimizer state
+    cand = trainer = engine = images = targets = runner = None  # noqa: F841 - drop the model and optimizer state
     free_device_memory(plan.device, reset_peak_stats=True)  # before the next configuration allocates its own
     return Skipped(variant.name, reason)
 
@@ -332,15 +333,15 @@ def run_steps(cand: Candidate, steps: int) -> float:
     trainer = cand.trainer
     engine = trainer.engine
     configure_backends(cand.variant.plan)
-    cuda = trainer.device.type == "cuda"
+    cuda = engine.device.type == "cuda"
     if cuda:
-        torch.cuda.synchronize(trainer.device)
+        torch.cuda.synchronize(engine.device)
     started = time.perf_counter()
     for _ in range(steps):
         engine.forward_backward(cand.images, cand.targets, 1)
         engine.optimizer_step()
     if cuda:
-        torch.cuda.synchronize(trainer.device)
+        torch.cuda.synchronize(engine.device)
     return steps * cand.variant.plan.batch_size / max(time.perf_counter() - started, 1e-9)
 
 

@@ -101,11 +101,11 @@ def _seed_callback(value: Any) -> Any:  # typer passes the value as the callback
 
 
 def check_minutes(value: float | None, flag: str = "--save-every-minutes") -> float | None:
-    """--save-every-minutes checked by train's own rule (train/setup/prepare.py check_minutes), which also checks a
+    """--save-every-minutes checked by train's own rule (train/setup/args.py check_minutes), which also checks a
     resumed run's saved value."""
     if value is None:  # off: no need to import the train layer while parsing
         return None
-    from fasttrain.train.setup.prepare import check_minutes as check
+    from fasttrain.train.setup.args import check_minutes as check
     return check(value, flag)
 
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from fasttrain.commands import options
-from fasttrain.train.parallel.launch import DEFAULT_RDZV_TIMEOUT_S
+from fasttrain.train.types import DEFAULT_RDZV_TIMEOUT_S
 
 if TYPE_CHECKING:  # the training modules are imported only when a command runs
     from fasttrain.train.events import RunDisplay
-    from fasttrain.train.setup.prepare import Prepared
+    from fasttrain.train.types import Prepared
     from fasttrain.ui.dashboard import Dashboard
 
 
@@ -78,7 +78,7 @@ def train_cmd(
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain.train.setup import prepare as train_prep
     from fasttrain.train.run import execute as train_run
-    from fasttrain.train.parallel.launch import LaunchSpec
+    from fasttrain.train.types import LaunchSpec, TrainArgs, parse_batch_size
     from fasttrain.core.console import console, print_json
 
     given = _given(ctx)
@@ -90,12 +90,13 @@ def train_cmd(
     launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
         if nproc_per_node is not None else None
 
-    args = train_prep.TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
+    args = TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                seed=seed, quiet=quiet, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
-                               batch_size=batch_size, launch=launch, no_tune=no_tune,
+                               batch_size=parse_batch_size(batch_size) if batch_size is not None else None,
+                               launch=launch, no_tune=no_tune,
                                explicit=given)
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
@@ -103,25 +104,26 @@ def train_cmd(
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained,  # an unknown model fails here
                      image_size=prep.plan.image_size)
     if dry_run:
-        view = train_prep.plan_view(prep)
+        from fasttrain.train.setup.plan_view import plan_lines, plan_view
+        view = plan_view(prep)
         if as_json:
             print_json(view)
         else:
             out = console()
-            for line in train_prep.plan_lines(view):
+            for line in plan_lines(view):
                 out.print(line, markup=False)
         return
     if prep.args.launch is not None:  # this process is the agent: the workers train
-        from fasttrain.train.signals import before_training as early_stop
-        early_stop.disarm()  # torch.distributed.run handles signals for its workers
+        from fasttrain.train.signals.lifecycle import train_signals
+        train_signals.hand_over()  # torch.distributed.run's agent forwards signals to its workers
         raise typer.Exit(_launch(prep))
-    from fasttrain.train.signals import before_training as early_stop
+    from fasttrain.train.signals.lifecycle import train_signals
     try:
         summary = train_run.execute(prep, display=_dashboard)
         if as_json and prep.is_main:
             print_json(summary)
     finally:
-        early_stop.release_after_run()
+        train_signals.command_done()
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
         raise typer.Exit(summary["exit_code"])
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+
+# No `typing` import: every package face loads this module, and `fasttrain train` arms its before-training
+# signal handler through one (train/signals/lifecycle.py), within milliseconds of the interpreter's start.
 
 
-def lazy_face(package: str, members: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+def lazy_face(package: str, members: Mapping[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]],
+                                                                list[str]]:
     """(__getattr__, __dir__, __all__) for `package`, whose public name N lives in submodule members[N]."""
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = members.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -145,6 +145,9 @@ class SyntheticBatches:
             targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
             self.batches.append((images.to(device), targets.to(device)))
 
+    def shutdown(self) -> None:
+        """Nothing to stop: no worker processes."""
+
     def __len__(self) -> int:
         return self.steps
 

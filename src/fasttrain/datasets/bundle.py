@@ -48,6 +48,11 @@ class DataBundle:
     # How the images reach the step, for the plan's notes (decoded once into RAM, or why not); None: nothing to say.
     input_note: str | None = None
 
+    @property
+    def decoded_in_ram(self) -> bool:
+        """Images decoded once into RAM (datasets/decoded.py): no loader worker has anything to decode."""
+        return self.kind == "images" and self.in_memory is not None
+
     def bad_files(self) -> list[str]:
         """Paths of corrupt or unreadable files skipped so far (read by the loop for the dashboard/summary)."""
         return list(self.bad.paths)

@@ -8,6 +8,7 @@ state) or, in strict mode, stops with a UserError naming the file.
 from __future__ import annotations
 
 import random
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,11 +51,15 @@ def collate_images(samples: list[Any]) -> tuple[Any, Any, list[tuple[str, str]]]
     return images, targets, bad
 
 
-def seed_worker(worker_id: int) -> None:
-    """numpy and `random` per worker from torch's worker seed (itself from the loader's seeded generator)."""
+def start_worker(worker_id: int) -> None:
+    """A worker's start: it ignores SIGINT and SIGTERM (one process group, so a terminal's Ctrl-C or a group-wide
+    kill reaches it too; the main process stops it, with no worker traceback), then seeds numpy and `random` from
+    torch's worker seed (itself from the loader's seeded generator). A module function: it pickles for spawn."""
     import numpy as np
     import torch
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     worker_seed = torch.initial_seed() % 2**32
     np.random.seed(worker_seed)
     random.seed(worker_seed)
@@ -74,6 +79,16 @@ class Loader:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    def shutdown(self) -> None:
+        """Stop the worker processes now (persistent ones included): they ignore SIGTERM, so they must be told to
+        finish before interpreter exit, where multiprocessing would otherwise wait for them."""
+        # DataLoader has no public way to stop persistent workers before it is garbage-collected: its iterator's
+        # _shutdown_workers() is what DataLoader itself calls on deletion.
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+            self.loader._iterator = None
 
     def __iter__(self) -> Iterator[Any]:
         if not self.images:
@@ -113,6 +128,9 @@ class DecodedLoader:
     def __len__(self) -> int:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def shutdown(self) -> None:
+        """Nothing to stop: no worker processes."""
 
     def __iter__(self) -> Iterator[Any]:
         from fasttrain.datasets.batch_augment import sample_keys
@@ -154,7 +172,7 @@ def build_loaders(bundle: DataBundle, plan: Plan, *, seed: int, epoch_sampler: E
         "num_workers": workers,
         "pin_memory": plan.pin_memory,
         "collate_fn": collate_images if images else None,
-        "worker_init_fn": seed_worker if workers > 0 else None,
+        "worker_init_fn": start_worker if workers > 0 else None,
         "persistent_workers": plan.persistent_workers and workers > 0,
     }
     if workers > 0 and plan.prefetch_factor:

@@ -58,6 +58,17 @@ class Resolved:
     provenance: dict[str, str]
     notes: list[Problem] = field(default_factory=list)
     chain: list[str] = field(default_factory=list)  # sources, base first
+    layers: list[Layer] = field(default_factory=list, repr=False)  # what it was built from, lowest first
+
+    def user_set(self, key: str) -> bool:
+        """Whether the user chose this dotted key's value (a flag, --set, a variable, a profile file), not the
+        preset or the default: the one answer train, its tuning trial and its thread A/B go by."""
+        return not self.provenance.get(key, "default").startswith(("preset", "default"))
+
+    def with_flags(self, flags: Mapping[str, tuple[str, Any]]) -> Resolved:
+        """The same sources with these flags on top ({dotted key: (label, value)}), validated again: files and
+        the environment are not read again."""
+        return build(self.layers + flag_layers(flags))
 
 
 def read_profile_text(path: Path) -> str:
@@ -343,7 +354,7 @@ def build(layers: list[Layer], what_if: bool = False) -> Resolved:
     check_cross_fields(merged, problems, what_if=what_if)
     if problems.errors or profile is None:
         raise UserError(problems.items)
-    return Resolved(profile, provenance, problems.notes, [layer.label for layer in layers])
+    return Resolved(profile, provenance, problems.notes, [layer.label for layer in layers], list(layers))
 
 
 def resolve(ref: str, sets: list[str] | None = None, env: Mapping[str, str] | None = None,
@@ -353,11 +364,17 @@ def resolve(ref: str, sets: list[str] | None = None, env: Mapping[str, str] | No
     layers += env_layers(os.environ if env is None else env)
     if sets:
         layers.append(parse_set(sets))
-    for dotted, (flag, value) in (flags or {}).items():
+    return build(layers + flag_layers(flags or {}), what_if=what_if)
+
+
+def flag_layers(flags: Mapping[str, tuple[str, Any]]) -> list[Layer]:
+    """One layer per flag ({dotted key: (flag, value)}), labelled "flag <flag>" for `profiles show`."""
+    layers = []
+    for dotted, (flag, value) in flags.items():
         data: dict[str, Any] = {}
         _set_dotted(data, dotted, value)
         layers.append(Layer(f"flag {flag}", data))
-    return build(layers, what_if=what_if)
+    return layers
 
 
 def resolve_file_only(ref: str) -> Resolved:

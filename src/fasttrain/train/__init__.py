@@ -9,8 +9,8 @@ back-off, data-parallel launch and DDP, the run directory, and the largest-batch
 from fasttrain.core.exports import lazy_face
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, {
-    "TrainArgs": "setup.prepare",
-    "Prepared": "setup.prepare",
+    "TrainArgs": "types",
+    "Prepared": "types",
     "prepare": "setup.prepare",
     "execute": "run.execute",
     "TrainListener": "events",
@@ -30,7 +30,7 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "read_metrics": "run.runlog",
     "run_synthetic_steps": "loop.synthetic",
     "find_batch": "setup.batch_search",
-    "resolve_auto_batch": "setup.batch_search",
+    "auto_batch": "setup.batch_search",
     "LaunchSpec": "parallel.launch",
     "worker_world": "parallel.launch",
 })

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
+from fasttrain.datasets.bundle import BadFiles
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
+from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.tuning.store import Measurement
 
 if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
     from fasttrain.train.state.checkpoint import CheckpointPolicy
@@ -21,11 +24,10 @@ if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
 
 @dataclass(frozen=True)
 class StepEvent:
-    """The latest logged step: its own figures, its telemetry record and the rolling snapshot."""
+    """The latest logged step: its own figures and, with telemetry, the rolling snapshot."""
 
-    fields: dict[str, Any]         # StepRecord fields: epoch, step, batch_index, loss, lr, *_s timings (seconds)
-    record: Any = None             # the telemetry.recorder.StepRecord made of them; None without telemetry
-    snapshot: dict[str, Any] | None = None   # telemetry's rolling figures (images_per_s, ...); {} without it
+    record: StepRecord             # epoch, step, batch_index, loss, lr, *_s timings (seconds), ...
+    snapshot: dict[str, Any] | None = None   # telemetry's rolling figures (images_per_s, ...); None without it
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class StepLog(Protocol):
 
     def log_epoch(self, record: dict[str, Any]) -> None: ...
 
+    def write_summary(self, summary: dict[str, Any]) -> object: ...
+
 
 class RunLogListener:
     """Writes what the loop reports to a StepLog; at the run end also the summary (when the sink keeps one)."""
@@ -97,7 +101,8 @@ class RunLogListener:
         pass  # the run writes the resolved profile itself, before the loop starts
 
     def on_step(self, event: StepEvent) -> None:
-        row = {k: v for k, v in event.fields.items() if k != "end_time"}  # perf_counter stamp: meaningless in a log
+        row = asdict(event.record)
+        del row["end_time"]  # a perf_counter stamp: meaningless in a log
         snapshot = event.snapshot or {}
         for key in ("images_per_s", "it_per_s"):
             if key in snapshot:
@@ -111,21 +116,19 @@ class RunLogListener:
         pass  # metrics.jsonl holds figures; messages go to the display and the summary's notes
 
     def on_run_end(self, end: RunEnd) -> None:
-        write_summary = getattr(self.log, "write_summary", None)
-        if write_summary is not None:
-            write_summary(end.summary)
+        self.log.write_summary(end.summary)
 
 
 @dataclass
 class Collaborators:
     """What the training loop reports to; every field may be None."""
 
-    telemetry: Any = None                   # telemetry.recorder.Telemetry: records steps, gives the snapshot
+    telemetry: Telemetry | None = None      # records steps, gives the snapshot
     dashboard: TrainListener | None = None  # the command's display (already entered)
     runlog: StepLog | None = None           # runlog.RunLog, told through RunLogListener
     checkpoints: CheckpointPolicy | None = None
     warn: Callable[[str], None] = lambda text: None
-    bad_files: Callable[[], list[str]] | None = None   # skipped unreadable files so far (DataBundle.bad_files)
+    bad: BadFiles | None = None             # the data's skipped unreadable files (DataBundle.bad)
 
     def listeners(self) -> Listeners:
         return Listeners([self.dashboard, RunLogListener(self.runlog) if self.runlog is not None else None])
@@ -138,14 +141,14 @@ class RunDisplay:
     plan: Plan
     total_batches: int             # loader batches over the whole run
     epochs: int
-    stream: Any                    # text stream to draw on (stdout, stderr under --json, a sink off rank 0)
+    stream: TextIO                 # text stream to draw on (stdout, stderr under --json, a sink off rank 0)
     report: HardwareReport | None
-    telemetry: Any                 # telemetry.recorder.Telemetry or None
+    telemetry: Telemetry | None
     forecast: dict[str, Any] | None
     quiet: bool                    # --quiet, or a rank other than 0: only errors and the summary
     plain: bool                    # --json: plain lines (progress on stderr), never the live screen
     data_kind: str = "images"      # DataBundle.kind: a display says img/s for images, samples/s otherwise
-    measured: tuple[Any, ...] = ()  # tuning.store.Measurement made on this machine: the verdict's advice reads them
+    measured: tuple[Measurement, ...] = ()  # made on this machine: the verdict's advice reads them
     input_gain: str | None = None  # what prepared shards measured on this data, for the input-bound verdict
 
 

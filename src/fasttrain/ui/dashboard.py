@@ -167,7 +167,7 @@ class Dashboard:
             self.message(f"note: {note}")
 
     def on_step(self, event: StepEvent) -> None:
-        if event.record is not None:  # without telemetry there is no record, and nothing new to draw
+        if event.snapshot is not None:  # without telemetry there are no rolling figures, and nothing new to draw
             self.update(event.snapshot, event.record)
 
     def on_epoch_end(self, row: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Did a pass over the data train on anything? An epoch is never a success on files it could not read.
 
-The image loader skips unreadable files and counts them (datasets.bundle.BadFiles: `skips` grows by one per
-sample lost). A training pass that trained no batch at all, or lost more than half of its samples, stops the
+The image loaders skip unreadable files and count them in the bundle's datasets.bundle.BadFiles (`skips` grows
+by one per sample lost), which the loop is handed as Collaborators.bad. A training pass that trained no batch at all, or lost more than half of its samples, stops the
 run (JobFailed, exit 1) and says why: how many files could not be read, the latest one and its reason, a
 folder that disappeared under the run, and the last good checkpoint. A validation pass that yields no image
 is said (a warning), not shown as a silent 0.
@@ -12,21 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core.errors import JobFailed
+from fasttrain.datasets.bundle import BadFiles
 
 
-def skipped_so_far(loader: Any) -> int:
-    """Samples the loader has skipped since the run began (0 for data without skip accounting)."""
-    bad = getattr(getattr(loader, "bundle", None), "bad", None)
-    return int(getattr(bad, "skips", 0) or 0)
+def skipped_so_far(bad: BadFiles | None) -> int:
+    """Samples the loaders have skipped since the run began (0 for data without skip accounting)."""
+    return bad.skips if bad is not None else 0
 
 
-def latest_bad(loader: Any) -> str:
+def latest_bad(bad: BadFiles | None) -> str:
     """'PATH: reason' of the newest unreadable file, plus the folder that is gone when one is; '' if none."""
-    bad = getattr(getattr(loader, "bundle", None), "bad", None)
-    paths = getattr(bad, "paths", None)
-    if not paths:
+    if bad is None or not bad.paths:
         return ""
-    path, reason = next(reversed(paths.items()))
+    path, reason = next(reversed(bad.paths.items()))
     gone = vanished_folder(path)
     return f"{path}: {reason}" + (f"; the folder {gone} no longer exists" if gone else "")
 
@@ -41,7 +39,7 @@ def vanished_folder(path: str) -> str:
     return str(p)
 
 
-def check_trained(epoch: int, images: int, skipped: int, expected_batches: int, loader: Any,
+def check_trained(epoch: int, images: int, skipped: int, expected_batches: int, bad: BadFiles | None,
                   last_good: Path | None) -> None:
     """Raise JobFailed when the pass over epoch `epoch` (0-based) trained nothing, or skipped more samples than
     it trained. images/skipped: over the whole job; expected_batches: batches this pass should have had."""
@@ -51,16 +49,16 @@ def check_trained(epoch: int, images: int, skipped: int, expected_batches: int, 
     if skipped == 0:
         raise JobFailed(f"epoch {epoch + 1}: the data loader gave no training batch: nothing was trained; "
                         f"check --data ({saved})")
-    latest = latest_bad(loader)
+    latest = latest_bad(bad)
     what = "nothing was trained" if images == 0 else f"only {images} trained"
     raise JobFailed(f"epoch {epoch + 1}: {skipped} of {skipped + images} files could not be read"
                     f"{f' (latest: {latest})' if latest else ''}: {what}; check --data ({saved})")
 
 
-def validation_note(epoch: int, row: dict[str, Any], skipped: int, loader: Any) -> str | None:
+def validation_note(epoch: int, row: dict[str, Any], skipped: int, bad: BadFiles | None) -> str | None:
     """A warning when validation gave no image (else None): no val loss or accuracy this epoch, and why."""
     if row.get("val_images"):
         return None
-    why = f"{skipped} file(s) could not be read (latest: {latest_bad(loader)})" if skipped else "it gave no batch"
+    why = f"{skipped} file(s) could not be read (latest: {latest_bad(bad)})" if skipped else "it gave no batch"
     return (f"validation in epoch {epoch + 1} saw no image: {why}; no val loss or accuracy for this epoch "
             "(check the val/ folder of --data)")

@@ -5,7 +5,10 @@ torch is imported inside the functions: batch_search (imported by the commands) 
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # Lower-cased fragments of allocator messages that mean "out of memory" on builds and backends that raise a
 # plain RuntimeError rather than torch.OutOfMemoryError: CUDA's caching allocator, the CPU allocator
@@ -25,7 +28,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(fragment in text for fragment in OOM_MESSAGES)
 
 
-def free_device_memory(device: Any, *, reset_peak_stats: bool = False) -> None:
+def free_device_memory(device: torch.device | str, *, reset_peak_stats: bool = False) -> None:
     """After an OOM: the failed step's tensors are unreachable once its frames are gone; collect them and hand
     the allocator's cached blocks back so the retry starts from the same free memory as before.
     `device`: a torch.device or its type name ("cuda", "cpu"). `reset_peak_stats`: also restart CUDA's peak

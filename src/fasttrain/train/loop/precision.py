@@ -14,10 +14,17 @@ Imported only by the trainer, never by cli.py: it imports torch at the top.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from fasttrain.core.errors import JobFailed
+
+# Consecutive non-finite steps that --on-nan stop tolerates before it stops the run (fp16 overflows come
+# alone or in pairs while the GradScaler backs off; three in a row means the run itself went bad).
+MAX_NONFINITE_STREAK = 3
+ON_NAN_MODES = ("stop", "skip")
 _DTYPES = {"fp16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 _get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
 
@@ -36,7 +43,7 @@ class Precision:
         self.guard_found_inf: torch.Tensor | None = None
 
     @property
-    def checker(self) -> Any:
+    def checker(self) -> torch.amp.GradScaler | None:
         """The GradScaler that checks (and for fp16 scales) gradients: fp16's own, else the guard."""
         return self.scaler if self.scaler is not None else self.guard
 
@@ -135,3 +142,37 @@ def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> torch.Tensor | 
         return None
     values = list(found.values())
     return sum(values[1:], values[0]) if values else None
+
+
+@dataclass
+class NonFiniteGuard:
+    """Counts consecutive non-finite steps on the device (no sync per step); read at check points."""
+
+    device: torch.device
+    streak: torch.Tensor = field(init=False)
+    worst: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.streak = torch.zeros((), dtype=torch.long, device=self.device)
+        self.worst = torch.zeros((), dtype=torch.long, device=self.device)
+
+    def record(self, bad: torch.Tensor) -> None:
+        self.streak = (self.streak + 1) * bad.long()
+        self.worst = torch.maximum(self.worst, self.streak)
+
+    def read_and_reset(self) -> int:
+        worst = int(self.worst)
+        self.worst = self.streak.clone()
+        return worst
+
+    def check(self, stop: bool, step: int, epoch: int, index: int, lr: float, last_good: object) -> None:
+        """Read the worst streak since the last check (a sync on a GPU); with `stop` (--on-nan stop), raise
+        JobFailed once it reaches MAX_NONFINITE_STREAK. step/epoch/index (0-based)/lr: where, for the message."""
+        worst = self.read_and_reset()
+        if not stop or worst < MAX_NONFINITE_STREAK:
+            return
+        good = str(last_good) if last_good is not None else "none written yet"
+        raise JobFailed(f"{worst} steps in a row had a non-finite loss or gradients, the last at optimizer step "
+                        f"{step} (epoch {epoch + 1}, batch {index + 1}, LR {lr:.4g}); their updates "
+                        f"were skipped and nothing was saved after them. Last good checkpoint: {good} (intact). "
+                        "Lower optim.base_lr, set optim.clip_grad_norm, or use --on-nan skip")

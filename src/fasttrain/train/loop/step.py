@@ -1,115 +1,201 @@
-"""One training step, shared by `train`, `estimate --measure` (run_synthetic_steps) and the benchmarks.
+"""One training step: a loader batch in, a `StepOutcome` out. Shared by `train`, `estimate --measure`
+(synthetic.py), the tuning trial and the benchmarks.
 
-A micro-step is forward + backward of one loader batch; an optimizer step closes an accumulation
-window. Nothing here reads a value back from the device: the caller decides when to sync (logged steps).
-
-The precision (precision.py) owns autocast, backward through its GradScaler, unscaling before clipping, the
-optimizer step with its non-finite guard and the scaler's checkpoint state; this module sequences them.
-Out-of-memory back-off: `splits` cuts a loader batch into that many micro-batches whose losses are weighted
-by their share of the batch, so the summed gradient is the batch's (the effective batch and LR stay).
+The order of a step (docs/architecture.md draws it with the file of each stage):
+  1. copy the batch to the device: pinned memory and non_blocking, channels_last in the same copy, uint8
+     batches normalised there (4x less to copy)
+  2. forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
+     by its accumulation window's length; out of memory: the same data again as smaller micro-batches
+     (backoff.py keeps the count and says so)
+  3. when the batch closes its accumulation window: the LR of this step, unscale, clip, the guarded optimizer
+     step, zero the gradients (precision.py skips a step whose gradients are not finite)
+  4. the non-finite guard counts a bad loss or bad gradients (precision.py), on the device
+Nothing here reads a value back from the device: the loop decides when to sync (logged steps).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 import torch.nn.functional as F
 
 from fasttrain.datasets.fast_decode import normalise_batch
-from fasttrain.models.setup import CompileGuard
-from fasttrain.train.loop.optim import LRSchedule
-from fasttrain.train.loop.precision import Precision, total_norm
-from fasttrain.train.loop.oom import is_out_of_memory
+from fasttrain.models.setup import CompileGuard, prepare_model
+from fasttrain.plan import Plan
+from fasttrain.profiles.schema import OptimSpec
+from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.loop.outcome import StepOutcome, StepTiming
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer
+from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
+
+if TYPE_CHECKING:
+    from fasttrain.train.parallel.ddp import DistContext
+
+# What a loader hands over: (images, targets[, extra...]) or a dict with "images" and "targets".
+Batch = Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The plan's and the profile's choices a step needs."""
+
+    accumulation: int = 1             # loader batches per optimizer step, as planned (before any back-off)
+    channels_last: bool = False
+    non_blocking: bool = False        # pinned host memory: the copy may overlap compute
+    clip_grad_norm: float | None = None
+    label_smoothing: float = 0.0
+    device: str = "cpu"               # the plan's device ("cuda": the current CUDA device, set per rank)
+
+
+class Warnings:
+    """Where the engine's warnings go (a compile fallback, an out-of-memory back-off): the builder's callback
+    until the loop that runs the engine takes them over (StepEngine.on_warning)."""
+
+    def __init__(self, sink: Callable[[str], None]):
+        self.sink = sink
+
+    def __call__(self, text: str) -> None:
+        self.sink(text)
 
 
 class StepEngine:
+    """One model's training step and everything it owns: the module, the optimizer and LR schedule, the precision,
+    the out-of-memory back-off and the non-finite guard."""
+
     def __init__(self, module: torch.nn.Module, runner: Callable[..., Any], optimizer: torch.optim.Optimizer,
-                 precision: Precision, schedule: LRSchedule, *, device: torch.device, channels_last: bool,
-                 non_blocking: bool, clip_grad_norm: float | None, label_smoothing: float = 0.0,
-                 mixup: Callable[..., Any] | None = None):
+                 schedule: LRSchedule, precision: Precision, settings: StepSettings, backoff: OomBackoff, *,
+                 mixup: Callable[..., Any] | None = None, notes: list[str] | None = None,
+                 warnings: Warnings | None = None):
         self.module = module            # eager module: owns the weights, state_dict, train()/eval()
         self.runner = runner            # what to call: the module (or its DDP wrapper), or a CompileGuard around it
         # The outermost module: train()/eval() go through it (a DDP wrapper passes them on) and no_sync() is its.
         self.top: torch.nn.Module = runner.eager if isinstance(runner, CompileGuard) else runner  # type: ignore[assignment]
-        self.optimizer = optimizer
-        self.precision = precision
-        self.schedule = schedule
-        self.device = device
-        self.channels_last = channels_last
-        self.non_blocking = non_blocking
-        self.clip_grad_norm = clip_grad_norm
-        self.label_smoothing = label_smoothing
+        self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
+        self.settings = settings
+        self.backoff = backoff
         self.mixup = mixup
+        self.device = torch.device(settings.device)
+        self.cuda = self.device.type == "cuda"
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self.splits = 1                              # micro-batches per loader batch (out-of-memory back-off)
+        self.guard = NonFiniteGuard(self.device)
+        self.notes = list(notes or [])  # what getting the model ready said (threads, checkpointing, ...)
+        self.warnings = warnings or Warnings(lambda text: None)
 
-    # -- input -------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, plan: Plan, optim: OptimSpec, model: torch.nn.Module, *, batches_per_epoch: int,
+              activation_checkpointing: bool = False, mixup: Callable[..., Any] | None = None,
+              dist: DistContext | None = None, warn: Callable[[str], None] = lambda text: None,
+              oom_backoff: bool = True) -> StepEngine:
+        """The model made ready for the plan (device, channels_last, DDP, compile), its optimizer, schedule and
+        precision. The back-off is off under DDP (one rank cannot change the batch alone) and where the caller
+        must see an out-of-memory error itself (the batch search)."""
+        warnings = Warnings(warn)
+        module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
+                                              warn=warnings, wrap=dist.wrap if dist is not None else None)
+        optimizer = build_optimizer(module, optim, plan.scaled_lr, fused=plan.fused_optimizer)
+        accumulation = max(1, plan.accumulation_steps)
+        schedule = LRSchedule.from_spec(optimizer, optim, peak_lr=plan.scaled_lr,
+                                        steps_per_epoch=math.ceil(max(1, batches_per_epoch) / accumulation))
+        settings = StepSettings(accumulation, plan.channels_last, plan.pin_memory, optim.clip_grad_norm,
+                                optim.label_smoothing, plan.device)
+        backoff = OomBackoff(plan.effective_batch, warnings, enabled=oom_backoff and dist is None)
+        return cls(module, runner, optimizer, schedule, make_precision(plan.precision, plan.device), settings,
+                   backoff, mixup=mixup, notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
+
+    # -- the step ------------------------------------------------------------------------------------
+    def step(self, batch: Batch, index: int, batches: int, *, epoch: int, measure: bool) -> StepOutcome:
+        """Train loader batch `index` of `batches` in epoch `epoch` (0-based). `measure`: also take the gradient
+        norm and the fp16 scale before the step (a logged step reads them back)."""
+        started = time.perf_counter()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self.cuda else None
+        if events:
+            events[0].record()
+        images, targets = self.to_device(*unpack_batch(batch))
+        if events:
+            events[1].record()
+        copied = time.perf_counter()
+        accumulation = self.settings.accumulation
+        window, closes = window_length(index, batches, accumulation)
+        lr = self.schedule.current()
+        loss = self._retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
+        loss_ok = torch.isfinite(loss)  # kept on the device: no sync per step
+        scale_before = self.precision.scale if measure and closes and self.precision.scaler is not None else None
+        norm = self.optimizer_step(want_norm=measure) if closes else None
+        bad = ~loss_ok
+        if closes and self.precision.guard_found_inf is not None:
+            bad = bad | (self.precision.guard_found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped
+        self.guard.record(bad)
+        if events:
+            events[2].record()
+        done = time.perf_counter()
+        n = int(targets.shape[0])
+        return StepOutcome(loss, loss_ok, bad, norm, closes, n, lr, self.schedule.step, self.micro_batch(n),
+                           self.accumulation_steps, scale_before, self.precision.scale if measure else None,
+                           StepTiming(copied - started, done - copied, done, tuple(events) if events else None))
+
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pinned host memory + non_blocking lets the copy overlap compute; channels_last in the same copy. uint8
-        batches (the fast decode and shard paths) are normalised here, on the device, after the 4x smaller copy."""
-        if self.channels_last and images.dim() == 4:
-            images = images.to(self.device, non_blocking=self.non_blocking, memory_format=torch.channels_last)
+        """channels_last in the same copy as the move; uint8 batches (the fast decode and shard paths) are
+        normalised on the device, after the 4x smaller copy."""
+        blocking = self.settings.non_blocking
+        if self.settings.channels_last and images.dim() == 4:
+            images = images.to(self.device, non_blocking=blocking, memory_format=torch.channels_last)
         else:
-            images = images.to(self.device, non_blocking=self.non_blocking)
-        return normalise_batch(images), targets.to(self.device, non_blocking=self.non_blocking)
+            images = images.to(self.device, non_blocking=blocking)
+        return normalise_batch(images), targets.to(self.device, non_blocking=blocking)
 
-    # -- compute -----------------------------------------------------------------------------------
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # Mixup targets are soft (already label-smoothed by timm's Mixup); plain targets get smoothing here.
-        smoothing = 0.0 if targets.dtype.is_floating_point else self.label_smoothing
-        return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
+    def _retrying(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
+                  sync: bool, *, where: tuple[int, int]) -> torch.Tensor:
+        """forward_backward, retried on the same data as micro-batches of half the size while it runs out of
+        memory (the effective batch and the LR stay). `first_in_window`: no earlier gradients of this
+        accumulation window to keep aside."""
+        while True:
+            stash = None if first_in_window else self._take_grads()
+            try:
+                loss = self.forward_backward(images, targets, window, sync)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+                if not self.backoff.enabled or not is_out_of_memory(exc):
+                    raise
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            else:
+                if stash is not None:
+                    self._give_back_grads(stash, keep_new=True)
+                return loss
+            # Outside the except block: the exception and the frames holding the step's tensors are gone.
+            if stash is not None:
+                self._give_back_grads(stash, keep_new=False)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+            free_device_memory(self.device)
+            self.backoff.halve(int(targets.shape[0]), self.settings.accumulation, self.schedule, where, reason)
 
-    def train_mode(self, training: bool) -> None:
-        self.top.train(training)
-
-    def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: int,
+    def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
                          sync: bool = True) -> torch.Tensor:
         """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
         gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
-        With self.splits > 1 the batch runs as micro-batches (same order) and the loss is their weighted mean.
+        After a back-off the batch runs as micro-batches (same order), the loss their weighted mean.
         sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet."""
         if self.mixup is not None and targets.dim() == 1:
             images, targets = self.mixup(images, targets)
-        n = int(targets.shape[0])
-        if self.splits <= 1 or n <= 1:
-            return self._guarded(images, targets, window, sync)
-        size = math.ceil(n / self.splits)
-        parts = list(zip(images.split(size), targets.split(size)))
+        n, splits = int(targets.shape[0]), self.backoff.splits
+        if splits <= 1 or n <= 1:
+            return self._compiled_or_eager(images, targets, window, sync)
+        parts = list(zip(images.split(math.ceil(n / splits)), targets.split(math.ceil(n / splits))))
         total = torch.zeros((), device=targets.device)
         for k, (part_x, part_y) in enumerate(parts):
             share = int(part_y.shape[0]) / n
-            total += self._guarded(part_x, part_y, window / share, sync and k == len(parts) - 1) * share
+            total += self._compiled_or_eager(part_x, part_y, window / share, sync and k == len(parts) - 1) * share
         return total
 
-    def micro_batch(self, batch: int) -> int:
-        return math.ceil(batch / max(1, self.splits))
-
-    def take_grads(self) -> list[torch.Tensor | None]:
-        """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
-        stash = [p.grad for p in self.params]
-        for p in self.params:
-            p.grad = None
-        return stash
-
-    def give_back_grads(self, stash: list[torch.Tensor | None], keep_new: bool) -> None:
-        """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal
-        autograd's own old + new), or drop the new partial ones after a failure."""
-        for p, old in zip(self.params, stash):
-            if not keep_new or p.grad is None:
-                p.grad = old
-            elif old is not None:
-                p.grad.add_(old)
-
-    def compiled_step_ok(self) -> None:
-        """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
-        error in this mode is the model's own, raised, not a compiler failure to fall back from."""
-        if isinstance(self.runner, CompileGuard):
-            self.runner.verified()
-
-    def _guarded(self, images: torch.Tensor, targets: torch.Tensor, window: float, sync: bool = True) -> torch.Tensor:
+    def _compiled_or_eager(self, images: torch.Tensor, targets: torch.Tensor, window: float,
+                           sync: bool) -> torch.Tensor:
+        """The compiled graph's first backward in each mode may fail where its forward did not: redo the batch
+        eagerly then (CompileGuard warns once); later errors are the model's own."""
         guard = self.runner if isinstance(self.runner, CompileGuard) else None
         try:
             loss = self._forward_backward(images, targets, window, sync)
@@ -117,14 +203,14 @@ class StepEngine:
             if guard is None or not guard.active or guard.is_verified(self.module.training) \
                     or is_out_of_memory(exc):
                 raise
-            guard.fall_back(exc)  # compiled backward failed on its first run: redo this batch eagerly
+            guard.fall_back(exc)
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._forward_backward(images, targets, window, sync)
         self.compiled_step_ok()
         return loss
 
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
-                          sync: bool = True) -> torch.Tensor:
+                          sync: bool) -> torch.Tensor:
         # DDP reads no_sync() in its forward, so the context spans forward and backward.
         local = self.top.no_sync() if not sync and hasattr(self.top, "no_sync") else nullcontext()
         with local:
@@ -134,21 +220,63 @@ class StepEngine:
             self.precision.backward(loss / window)
         return loss.detach()
 
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # Mixup targets are soft (already label-smoothed by timm's Mixup); plain targets get smoothing here.
+        smoothing = 0.0 if targets.dtype.is_floating_point else self.settings.label_smoothing
+        return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
+
     def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:
-        """Unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
+        """LR, unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
         -> total gradient norm (a device tensor) when clipping or when asked, else None."""
         self.schedule.apply()
         norm = None
-        if self.clip_grad_norm is not None or want_norm:
+        clip = self.settings.clip_grad_norm
+        if clip is not None or want_norm:
             self.precision.unscale_(self.optimizer)
-            if self.clip_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm)
-            else:
-                norm = total_norm(self.params)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip is not None else total_norm(self.params)
         self.precision.optimizer_step(self.optimizer, self.params, norm)
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         return norm
+
+    # -- around the step -----------------------------------------------------------------------------
+    def on_warning(self, sink: Callable[[str], None]) -> None:
+        """From now on the engine's warnings go to `sink` (the loop's: deduplicated, shown, kept for the summary)."""
+        self.warnings.sink = sink
+
+    def train_mode(self, training: bool) -> None:
+        self.top.train(training)
+
+    def compiled_step_ok(self) -> None:
+        """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
+        error in this mode is the model's own, raised, not a compiler failure to fall back from."""
+        if isinstance(self.runner, CompileGuard):
+            self.runner.verified()
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step now: the plan's accumulation times the back-off's splits."""
+        return self.settings.accumulation * self.backoff.splits
+
+    def micro_batch(self, batch: int) -> int:
+        """The micro-batch a loader batch of `batch` samples runs as now."""
+        return math.ceil(batch / max(1, self.backoff.splits))
+
+    def _take_grads(self) -> list[torch.Tensor | None]:
+        """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
+        stash = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        return stash
+
+    def _give_back_grads(self, stash: list[torch.Tensor | None], keep_new: bool) -> None:
+        """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal
+        autograd's own old + new), or drop the new partial ones after a failure."""
+        for p, old in zip(self.params, stash):
+            if not keep_new or p.grad is None:
+                p.grad = old
+            elif old is not None:
+                p.grad.add_(old)
 
 
 def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) -> tuple[int, bool]:
@@ -158,8 +286,8 @@ def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) ->
     return max(1, length), batch_index - start == length - 1
 
 
-def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def unpack_batch(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(images, targets) or (images, targets, extra...) as a DataLoader hands it over, or a dict of them."""
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):
         return batch["images"], batch["targets"]
     return batch[0], batch[1]

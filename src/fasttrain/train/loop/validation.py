@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fasttrain.train.loop.step import StepEngine, unpack_batch
 
+if TYPE_CHECKING:
+    from fasttrain.train.parallel.ddp import DistContext
+
 
 @torch.no_grad()
-def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: Any = None,
+def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | None = None,
              max_batches: int | None = None) -> dict[str, Any]:
     """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks."""
     device = engine.device

@@ -17,12 +17,14 @@ import datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from fasttrain.train.parallel.launch import WorkerWorld
+from fasttrain.train.types import WorkerWorld
+
+T = TypeVar("T")
 
 # How long a collective may wait for the other ranks (a checkpoint save on rank 0 blocks the others at their
 # next collective; a big one on a slow disk takes a minute or two). torch's own default is 10 min for NCCL.
@@ -72,13 +74,13 @@ class DistContext:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
         return int(t.item())
 
-    def gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: T) -> list[T]:
         """Every rank's `obj` (pickled), in rank order, on every rank."""
-        out: list[Any] = [None] * self.size
+        out: list[Any] = [None] * self.size  # filled in rank order by all_gather_object
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
-    def broadcast(self, obj: Any) -> Any:
+    def broadcast(self, obj: T) -> T:
         """Rank 0's `obj` on every rank."""
         box = [obj]
         dist.broadcast_object_list(box, src=0, group=self.control)

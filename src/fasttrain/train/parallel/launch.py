@@ -18,16 +18,13 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.types import LaunchSpec, WorkerWorld
 
 # Flags this module consumes; workers get the command line without them (name -> takes a value).
 LAUNCH_FLAGS = {"--nproc-per-node": True, "--nnodes": True, "--node-rank": True, "--rdzv-endpoint": True,
                 "--rdzv-timeout": True}
-# Seconds the nodes of a multi-machine run get to find each other (torchrun's own default is 900: a typo in
-# an address should not cost a quarter of an hour).
-DEFAULT_RDZV_TIMEOUT_S = 300
 # torchrun's env contract (torch.distributed.run docs: "Definitions").
 WORKER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
@@ -41,33 +38,6 @@ def remember_argv(argv: Sequence[str]) -> None:
 
 def invoked_argv() -> list[str]:
     return list(_argv)
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    nproc_per_node: int
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
-
-
-@dataclass(frozen=True)
-class WorkerWorld:
-    """Where this process stands in a torchrun job (all from the environment the agent set)."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-
-    @property
-    def nodes(self) -> int:
-        return max(1, self.world_size // max(1, self.local_world_size))
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
 
 def worker_world(env: Mapping[str, str] | None = None) -> WorkerWorld | None:

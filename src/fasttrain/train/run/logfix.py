@@ -59,7 +59,7 @@ def quiet_writer_threads() -> Callable[[], None]:
     run log reports them once); -> a function that puts the previous hook back."""
     previous = threading.excepthook
 
-    def hook(args: Any) -> None:
+    def hook(args: threading.ExceptHookArgs) -> None:
         if type(args.thread).__name__ == "_AsyncWriterThread" and args.exc_value is not None \
                 and disk_write_error(args.exc_value):
             return

@@ -33,6 +33,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.diskspace import disk_full, disk_write_error
 from fasttrain.train.run.logfix import quiet_writer_threads, truncate_metrics
 from fasttrain.train.run.lock import RunLock
+from fasttrain.train.state.run_state import Position
 
 METRICS_FILE = "metrics.jsonl"
 PROFILE_FILE = "profile.yaml"
@@ -103,8 +104,8 @@ class RunLog:
     """Writes one run's files. `tensorboard=False` skips the event files (and the tensorboard import)."""
 
     def __init__(self, run_dir: Path, *, tensorboard: bool = True, tb_flush_secs: float = 30.0,
-                 resume_at: tuple[int, int, int] | None = None):
-        """`resume_at`: (epoch, batch in epoch, optimizer step) of the checkpoint a resumed run continues from:
+                 resume_at: Position | None = None):
+        """`resume_at`: the position of the checkpoint a resumed run continues from:
         rows the stopped process logged after it are dropped (truncate_metrics) and TensorBoard purges its
         events past that step. Takes the run folder's lock first (runlock.py): a second process gets exit 2."""
         self.run_dir = Path(run_dir)
@@ -114,8 +115,8 @@ class RunLog:
         self.disk_errors: list[str] = []
         self._purge_step: int | None = None
         if resume_at is not None:
-            self._purge_step = resume_at[2] + 1
-            self._guarded(METRICS_FILE, lambda: truncate_metrics(self.metrics_path, resume_at[0], resume_at[1]))
+            self._purge_step = resume_at.step + 1
+            self._guarded(METRICS_FILE, lambda: truncate_metrics(self.metrics_path, resume_at.epoch, resume_at.batch))
         # Line-buffered: each record reaches the file as soon as it is written, so a crash loses nothing.
         self._metrics = open(self.metrics_path, "a", buffering=1, encoding="utf-8")
         self._metrics_ok = True

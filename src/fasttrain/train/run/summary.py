@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from fasttrain.train.setup.prepare import Prepared
+from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
+from fasttrain.train.types import Prepared
+
 
 def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
     """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
@@ -17,13 +20,13 @@ def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
     return command
 
 
-def interrupted_report(exc: Any, command: str, trainer: Any) -> dict[str, Any]:
+def interrupted_report(exc: Interrupted, command: str, last_good: Path | None) -> dict[str, Any]:
     """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it."""
     if exc.checkpoint is not None:
         saved = f"checkpoint {exc.checkpoint} written"
     else:
-        saved = f"no checkpoint could be written now; the last good one is {trainer.last_good}" \
-            if trainer.last_good else "no checkpoint could be written"
+        saved = f"no checkpoint could be written now; the last good one is {last_good}" \
+            if last_good else "no checkpoint could be written"
     where = f"epoch {exc.epoch + 1}, batch {exc.batch}" if exc.batch else f"the end of epoch {exc.epoch}"
     text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} ({where}); {saved}."
             f"\nfasttrain: resume with: {command}")
@@ -33,21 +36,19 @@ def interrupted_report(exc: Any, command: str, trainer: Any) -> dict[str, Any]:
             "resume_command": command, "stop_message": text}
 
 
-def fault_report(trainer: Any, prep: Prepared, bundle: Any) -> dict[str, Any]:
-    bad = bundle.bad_files() if hasattr(bundle, "bad_files") else []
-    return {"bad_files": len(bad), "bad_file_paths": bad[:20], "oom_backoffs": list(trainer.oom_events),
-            "micro_batch": trainer.engine.micro_batch(prep.plan.batch_size),
-            "accumulation_steps": trainer.accumulation * trainer.engine.splits,
-            "effective_batch": prep.plan.effective_batch, "nonfinite_steps": trainer.nonfinite_total,
-            "checkpoint_errors": list(trainer.checkpoint_errors),
-            "resumed_from": str(prep.resume_path) if prep.resume_path else None,
-            "last_good_checkpoint": str(trainer.last_good) if trainer.last_good else None}
+def fault_report(faults: Faults, prep: Prepared) -> dict[str, Any]:
+    bad = prep.bundle.bad_files()
+    return {"bad_files": len(bad), "bad_file_paths": bad[:20], "oom_backoffs": faults.oom_backoffs,
+            "micro_batch": faults.micro_batch, "accumulation_steps": faults.accumulation_steps,
+            "effective_batch": prep.plan.effective_batch, "nonfinite_steps": faults.nonfinite_steps,
+            "checkpoint_errors": faults.checkpoint_errors,
+            "resumed_from": str(prep.resume.path) if prep.resume is not None else None,
+            "last_good_checkpoint": str(faults.last_good_checkpoint) if faults.last_good_checkpoint else None}
 
 
-def run_summary(prep: Prepared, result: Any, run_dir: Path, wall_s: float, torch: Any) -> dict[str, Any]:
-    if result is None:  # stopped before fit() began
-        from fasttrain.train.loop.outcome import FitResult
-        result = FitResult(epochs_run=0, best_acc1=None, best_epoch=None, stopped_early=False)
+def run_summary(prep: Prepared, result: FitResult | None, run_dir: Path, wall_s: float,
+                torch: ModuleType) -> dict[str, Any]:
+    result = result or FitResult()  # stopped before fit() began
     last = result.history[-1] if result.history else {}
     images = sum(r.get("train_images", 0) for r in result.history)
     train_s = sum(r.get("train_s", 0.0) for r in result.history)

@@ -16,15 +16,21 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.files import write_text_atomic
 from fasttrain.core.cache_dir import writable_cache_dir
 from fasttrain.core import arithmetic as ar
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.setup.batch_math import (DEFAULT_MAX_BATCH, SearchResult, Trial, TrialFn, batch_and_accumulation,
                                         explain, search_largest_batch)
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import Plan
+    from fasttrain.profiles.schema import OptimSpec, Profile
 
 CPU_MAX_BATCH = 256
 CACHE_FILE = "batch_cache.json"
@@ -61,8 +67,7 @@ def cached(key: str, path: Path | None = None) -> SearchResult | None:
         result = SearchResult.from_dict(entry)
     except TypeError:
         return None
-    result.from_cache, result.key = True, key
-    return result
+    return dataclasses.replace(result, from_cache=True, key=key)
 
 
 def store(key: str, result: SearchResult, path: Path | None = None) -> None:
@@ -77,15 +82,15 @@ def store(key: str, result: SearchResult, path: Path | None = None) -> None:
 
 
 # -- the torch runner ------------------------------------------------------------------------------------
-def trial_plan(plan: Any, batch: int) -> Any:
+def trial_plan(plan: Plan, batch: int) -> Plan:
     """The plan for one trial: this batch, every step an optimizer step, eager (compiling each size would
     cost minutes; inductor's fused kernels need no more activation memory than eager, so eager is safe)."""
     return dataclasses.replace(plan, batch_size=batch, accumulation_steps=1, compile=False,
                                effective_batch=batch * plan.world_size)
 
 
-def step_trial(plan: Any, model_factory: Callable[[], Any], *, image_size: int, num_classes: int,
-               optim: Any = None, in_chans: int = 3) -> TrialFn:
+def step_trial(plan: Plan, model_factory: Callable[[], nn.Module], *, image_size: int, num_classes: int,
+               optim: OptimSpec | None = None, in_chans: int = 3) -> TrialFn:
     """A `try_batch` that runs two full training steps of the real step code at batch n on a fresh model.
     Two, because the first optimizer step allocates the optimizer state: the second step's forward and
     backward run with weights, gradients, optimizer state and activations all alive, the true peak."""
@@ -132,7 +137,7 @@ class AutoBatch:
         return {**{k: v for k, v in asdict(self).items() if k != "search"}, "search": self.search.to_dict()}
 
 
-def device_identity(plan: Any) -> tuple[str, str]:
+def device_identity(plan: Plan) -> tuple[str, str]:
     """(device name for the cache key, torch version)."""
     import torch
 
@@ -143,9 +148,9 @@ def device_identity(plan: Any) -> tuple[str, str]:
     return "cpu", torch.__version__
 
 
-def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int = 10, optim: Any = None,
+def find_batch(plan: Plan, model_name: str, image_size: int, *, num_classes: int = 10, optim: OptimSpec | None = None,
                use_cache: bool = True, path: Path | None = None, max_batch: int | None = None,
-               activation_checkpointing: bool = False, model_factory: Callable[[], Any] | None = None
+               activation_checkpointing: bool = False, model_factory: Callable[[], nn.Module] | None = None
                ) -> SearchResult:
     """The search for this plan and model, from the cache when it holds the same (model, size, precision,
     format, optimizer, device, torch version); otherwise run it and store it."""
@@ -168,33 +173,30 @@ def find_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int 
     elif activation_checkpointing:
         from fasttrain.models.setup import enable_activation_checkpointing
 
-        def factory() -> Any:
+        def factory() -> nn.Module:
             model = create_model(model_name, num_classes)
             enable_activation_checkpointing(model)
             return model
     else:
-        def factory() -> Any:
+        def factory() -> nn.Module:
             return create_model(model_name, num_classes)
     factory()  # a bad model name is a UserError now, not an exception inside the first trial
     result = search_largest_batch(step_trial(plan, factory, image_size=image_size, num_classes=num_classes,
                                              optim=optim), start=min(plan.batch_size, limit), max_batch=limit)
-    result.key = key
+    result = dataclasses.replace(result, key=key)
     store(key, result, path)
     return result
 
 
-def resolve_auto_batch(plan: Any, model_name: str, image_size: int, *, num_classes: int = 10, optim: Any = None,
-                       use_cache: bool = True, **kwargs: Any) -> tuple[int, int, str]:
-    """`--batch-size auto` for train / estimate --measure / bench: -> (per-device batch, accumulation steps,
-    message). The target is the plan's samples per device per optimizer step (batch x accumulation).
-    Further keywords go to find_batch (path, max_batch, activation_checkpointing, model_factory)."""
-    auto = auto_batch(plan, model_name, image_size, num_classes=num_classes, optim=optim, use_cache=use_cache,
-                      **kwargs)
-    return auto.batch, auto.accumulation, auto.message
-
-
-def auto_batch(plan: Any, model_name: str, image_size: int, **kwargs: Any) -> AutoBatch:
-    result = find_batch(plan, model_name, image_size, **kwargs)
+def auto_batch(plan: Plan, model_name: str, image_size: int, *, num_classes: int = 10,
+               optim: OptimSpec | None = None, use_cache: bool = True, path: Path | None = None,
+               max_batch: int | None = None, activation_checkpointing: bool = False,
+               model_factory: Callable[[], nn.Module] | None = None) -> AutoBatch:
+    """`--batch-size auto` for train, estimate --measure and bench: the search (find_batch, cached), and the
+    per-device batch and accumulation that keep the plan's samples per device per optimizer step."""
+    result = find_batch(plan, model_name, image_size, num_classes=num_classes, optim=optim, use_cache=use_cache,
+                        path=path, max_batch=max_batch, activation_checkpointing=activation_checkpointing,
+                        model_factory=model_factory)
     target = plan.batch_size * max(1, plan.accumulation_steps)
     batch, accumulation = batch_and_accumulation(target, result.batch)
     world = max(1, plan.world_size)
@@ -203,19 +205,25 @@ def auto_batch(plan: Any, model_name: str, image_size: int, **kwargs: Any) -> Au
                              (plan.batch_size, max(1, plan.accumulation_steps))))
 
 
-def batch_size_flags(value: str, profile: Any, report: Any, model_name: str,
+def auto_batch_flags(profile: Profile, report: HardwareReport, model_name: str,
+                     num_classes: int) -> tuple[dict[str, tuple[str, int]], str]:
+    """`--batch-size auto` as presets.resolve flags -> (flags, the explanation for the plan). The search runs a
+    plan of the profile as given on this machine: its device, precision and memory format decide what fits."""
+    from fasttrain.plan import make_plan
+    auto = auto_batch(make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
+                      optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
+    return auto_flags(auto.batch, auto.accumulation), auto.message
+
+
+def batch_size_flags(value: str, profile: Profile, report: HardwareReport, model_name: str,
                      num_classes: int) -> tuple[dict[str, tuple[str, int]], str | None]:
-    """`--batch-size N|auto` for train and estimate -> (flags= for presets.resolve, a note for the plan or None).
+    """`--batch-size N|auto` for estimate -> (flags= for presets.resolve, a note for the plan or None).
     N sets the per-device batch; auto runs the search on this machine (cached) and keeps the profile's effective
     batch through accumulation."""
     n = check_batch_option(value)
     if n is not None:
         return {"loader.batch_size": ("--batch-size", n)}, None
-    from fasttrain.plan import make_plan
-    batch, accumulation, message = resolve_auto_batch(
-        make_plan(profile, report), model_name, profile.loader.image_size, num_classes=num_classes,
-        optim=profile.optim, activation_checkpointing=profile.speed.activation_checkpointing)
-    return auto_flags(batch, accumulation), message
+    return auto_batch_flags(profile, report, model_name, num_classes)
 
 
 def auto_flags(batch: int, accumulation: int) -> dict[str, tuple[str, int]]:
@@ -226,14 +234,8 @@ def auto_flags(batch: int, accumulation: int) -> dict[str, tuple[str, int]]:
 
 
 def check_batch_option(value: str) -> int | None:
-    """`--batch-size` parsing shared by the commands: a positive integer, or "auto" (-> None)."""
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise UserError([Problem("--batch-size", "expected a positive integer or auto", "e.g. --batch-size 64 "
-                                 "or --batch-size auto", value)])
-    return n
+    """`--batch-size` for estimate and bench: a positive integer, or None for "auto" (train.types.parse_batch_size
+    is the one parser)."""
+    from fasttrain.train.types import parse_batch_size
+    n = parse_batch_size(value)
+    return None if n == "auto" else n

@@ -17,6 +17,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.format import fmt_bytes
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan, fit_micro_batch
+from fasttrain.profiles.schema import Profile
 
 # The launching process hands its fitted "micro,accumulation" to its torchrun workers, so every rank agrees.
 HANDOFF_ENV = "FASTTRAIN_MICRO_BATCH"
@@ -45,7 +46,7 @@ def model_counts(model: str, image_size: int, num_classes: int, precision: str) 
     return _COUNTS[key]
 
 
-def limits(plan: Plan, profile: Any, report: HardwareReport, params: int, per_sample: float,
+def limits(plan: Plan, profile: Profile, report: HardwareReport, params: int, per_sample: float,
            constants: dict[str, Any], *, worker: bool = False) -> list[Limit]:
     """What a micro-batch must fit on this machine: the GPU's memory (on a GPU), and the host RAM available
     (total RAM in a torchrun worker, the same on every rank) to loaders, processes and, on a CPU, training."""
@@ -99,7 +100,7 @@ def fit(plan: Plan, found: list[Limit], prefer: tuple[int, int] | None = None) -
         f"effective batch {plan.effective_batch} and LR unchanged")
 
 
-def check(plan: Plan, profile: Any, report: HardwareReport, model: str, num_classes: int, *,
+def check(plan: Plan, profile: Profile, report: HardwareReport, model: str, num_classes: int, *,
           worker: bool = False, prefer: tuple[int, int] | None = None) -> tuple[int, int, str | None]:
     """The run's micro-batch on this machine -> (micro-batch, accumulation, note or None)."""
     handed = os.environ.get(HANDOFF_ENV, "") if worker else ""

@@ -5,14 +5,15 @@ Pure except for reading the GPU table (data/gpus.csv) for the profile's machine.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
+from fasttrain.profiles.schema import Profile
 
 
-def check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: bool) -> None:
+def check_world(plan: Plan, profile: Profile, report: HardwareReport, *, launched: bool) -> None:
     """A world the machine cannot serve stops here, before any process starts."""
     per_node = profile.world.gpus_per_node
     if plan.world_size > 1 and not launched:  # the effective batch and LR would assume devices that are not training
@@ -31,7 +32,7 @@ def check_world(plan: Plan, profile: Any, report: HardwareReport, *, launched: b
                                  "get less than a core", f"use --nproc-per-node {report.cores} or fewer", per_node)])
 
 
-def world_or_target(dry_run: bool, profile: Any, report: HardwareReport, plan: Plan,
+def world_or_target(dry_run: bool, profile: Profile, report: HardwareReport, plan: Plan,
                     replan: Callable[[HardwareReport, str], Plan], *, launched: bool) -> tuple[HardwareReport, Plan]:
     """(report, plan) the run is made for. A world this machine cannot serve is refused, except in a dry run of a
     GPU profile on a machine with no CUDA GPU: that plans for the profile's own machine (its GPU, cores and RAM), so
@@ -53,7 +54,7 @@ def world_or_target(dry_run: bool, profile: Any, report: HardwareReport, plan: P
         return target, plan
 
 
-def profile_machine(profile: Any) -> HardwareReport | None:
+def profile_machine(profile: Profile) -> HardwareReport | None:
     """The machine a GPU profile describes (hardware.gpu, vram_gb, cpu_cores, host_ram_gb), or None for a CPU one."""
     from fasttrain.estimate.gather import gpu_report
     from fasttrain.hardware import gpus

@@ -1,25 +1,31 @@
 """When the loop stops or saves in the middle of an epoch.
 
-A stop request (SIGTERM/SIGINT, resilience.GracefulStop) is honoured once the optimizer step in flight has
+A stop request (SIGTERM/SIGINT, lifecycle.GracefulStop) is honoured once the optimizer step in flight has
 closed; the same mid-epoch checkpoint is also written every `save_every_s` seconds. Under DDP both are agreed
-through distributed.StopVote, so every rank saves and stops after the same step.
+through parallel/ddp.StopVote, so every rank saves and stops after the same step.
 """
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fasttrain.train.signals.resilience import GracefulStop, SignalHook
+from fasttrain.train.loop.outcome import Interrupted
+from fasttrain.train.signals.lifecycle import GracefulStop
+from fasttrain.train.signals.scripted import SignalHook
+
+if TYPE_CHECKING:
+    from fasttrain.train.parallel.ddp import DistContext, StopVote
 
 
 class StopControl:
-    def __init__(self, stop: GracefulStop | None, save_every_s: float | None, dist: Any = None):
+    def __init__(self, stop: GracefulStop | None, save_every_s: float | None, dist: DistContext | None = None):
         self.stop = stop
         self.save_every_s = save_every_s      # seconds between periodic mid-epoch saves; None: none
         self.dist = dist
         self.signals = SignalHook.from_env()
         self.last_save = time.monotonic()
-        self.vote = None
+        self.vote: StopVote | None = None
         if dist is not None:
             from fasttrain.train.parallel.ddp import StopVote
             self.vote = StopVote(dist)
@@ -45,6 +51,11 @@ class StopControl:
             stopping = self._agreed_stop(self.dist.max(self._signal_seen()))
         return stopping
 
+    def interrupted(self, checkpoint: Path | None, epoch: int, batch: int, step: int) -> Interrupted:
+        """What the loop raises once it honoured the stop request (after the checkpoint at this position)."""
+        assert self.stop is not None  # only asked after after_step() or at_epoch_end() said to stop
+        return Interrupted(self.stop.name, self.stop.exit_code, checkpoint, epoch, batch, step)
+
     def drain(self) -> None:
         """End of a pass: every rank posted the same votes, none may stay in flight."""
         if self.vote is not None:
@@ -56,6 +67,6 @@ class StopControl:
 
     def _agreed_stop(self, signal: int) -> bool:
         """A rank that received no signal itself stops for the one another rank received."""
-        if signal and self.stop is not None and self.stop.requested is None:
-            self.stop.requested = signal
+        if signal and self.stop is not None:
+            self.stop.adopt(signal)
         return bool(signal) and self.stop is not None

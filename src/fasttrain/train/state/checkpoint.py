@@ -22,12 +22,14 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.integrity import NO_CHECKSUM, position, schema_problem, verify_checksum, with_checksum
+from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, verify_checksum, with_checksum
+from fasttrain.train.state.run_state import Position
 from fasttrain.core.diskspace import disk_full, disk_write_error
 
 FORMAT = "fasttrain-checkpoint"
@@ -151,9 +153,9 @@ def load(path: Path, *, hint: bool = True, complete: bool = False) -> dict[str, 
     return payload
 
 
-def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: Path) -> None:
-    """Copy weights, refusing (with every differing tensor named) when shapes or names do not match."""
-    state = payload.get("model")
+def load_model_state(model: torch.nn.Module, state: dict[str, Any] | None, path: Path) -> None:
+    """Copy weights (a checkpoint's "model"), refusing (with every differing tensor named) when shapes or names
+    do not match."""
     if not isinstance(state, dict):
         raise UserError([Problem(str(path), "the checkpoint holds no model weights")])
     own = model.state_dict()
@@ -168,9 +170,9 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: Path
     model.load_state_dict(state)
 
 
-def peek_position(path: Path) -> tuple[int, int, int] | None:
-    """The position recorded in a checkpoint (ckpt_integrity.position), read without verifying it (tensors are
-    memory-mapped, not read); None when the file does not open. Ranks files; load() then checks the one chosen."""
+def peek_position(path: Path) -> Position | None:
+    """The position recorded in a checkpoint, read without verifying it (tensors are memory-mapped, not read);
+    None when the file does not open. Ranks files; load() then checks the one chosen."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception:  # noqa: BLE001 - a damaged or foreign file: no position
@@ -178,7 +180,7 @@ def peek_position(path: Path) -> tuple[int, int, int] | None:
             payload = torch.load(path, map_location="cpu", weights_only=False)
         except Exception:  # noqa: BLE001
             return None
-    return position(payload) if isinstance(payload, dict) and payload.get("format") == FORMAT else None
+    return Position.of(payload) if isinstance(payload, dict) and payload.get("format") == FORMAT else None
 
 
 def candidates(directory: Path) -> list[Path]:
@@ -192,7 +194,7 @@ def candidates(directory: Path) -> list[Path]:
     return last + ranked
 
 
-def ranked_by_position(files: Any) -> list[Path]:
+def ranked_by_position(files: Iterable[Path]) -> list[Path]:
     """Files sorted by recorded position, furthest first; ties: last.pt, then the later name; unreadable last."""
     keyed = [(peek_position(p), p) for p in files]
     good = sorted(((pos, p) for pos, p in keyed if pos is not None),

@@ -7,8 +7,7 @@ changes it. It costs one pass of SHA-256 over the weights (~1 GB/s per core) on 
 written before checksums existed has none: it loads, with the note "no checksum".
 Schema: the fields a resume reads are checked for their types (a hand-edited or foreign payload gives one
 line naming the field, not a TypeError deep in the loop).
-Position: (optimizer step, epoch, batch in epoch) recorded inside the file; `--resume auto` ranks by it, never
-by file times (a `cp -r` rewrites those).
+The position recorded inside the file (run_state.Position) ranks files for `--resume auto`, never their times.
 """
 from __future__ import annotations
 
@@ -133,14 +132,3 @@ def schema_problem(payload: dict[str, Any], complete: bool) -> str | None:
             if not isinstance(row, dict):
                 return f"field 'fit.history[{i}]' should be dict, found {_type_name(row)}"
     return None
-
-
-def position(payload: dict[str, Any]) -> tuple[int, int, int]:
-    """(optimizer step, epoch, batch in epoch) recorded in the checkpoint: how far the run had got."""
-    def whole(value: Any) -> int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else -1
-    schedule = payload.get("schedule")
-    step = payload.get("step")
-    if not isinstance(step, int) and isinstance(schedule, dict):
-        step = schedule.get("step")
-    return whole(step), whole(payload.get("epoch")), whole(payload.get("batch_in_epoch"))

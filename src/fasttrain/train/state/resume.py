@@ -12,15 +12,20 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fasttrain.train.state.integrity import position
-from fasttrain.train.state.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.state.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
+from fasttrain.train.state.run_state import Position, Resume, RunState
+
+if TYPE_CHECKING:
+    from fasttrain.datasets.sampler import EpochSampler
+    from fasttrain.plan import Plan
+    from fasttrain.train.types import TrainArgs
 
 
-def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Path, dict[str, Any], list[Path]]:
-    """-> (checkpoint path, its checked payload, damaged checkpoints skipped on the way). Checked: readable,
+def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Resume, list[Path]]:
+    """-> (the checkpoint to continue from, damaged checkpoints skipped on the way). Checked: readable,
     checksum, field types, every field a resume needs present. An older file without a checksum loads with a
     note on stderr."""
     if spec != "auto":
@@ -31,14 +36,14 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Pa
                 raise UserError([Problem("--resume", f"no checkpoint (*.pt) in {path}",
                                          "give a run folder that holds last.pt, or a checkpoint file", spec)])
             path = found[0]
-        return path, _noted(path, load(path, complete=True)), []
+        return _resume(path, load(path, complete=True)), []
     runs_dir = Path(runs_dir)
     folder = runs_dir / run_name if run_name else latest_run(runs_dir)
     ranked = _ranked(folder) if folder is not None else []
     skipped = [p for p in ranked if peek_position(p) is None]  # damaged beyond reading: named even when not reached
     for path in (p for p in ranked if p not in skipped):
         try:
-            return path, _noted(path, load(path, hint=False, complete=True)), skipped
+            return _resume(path, load(path, hint=False, complete=True)), skipped
         except UserError:
             skipped.append(path)
     where = folder if folder is not None else runs_dir
@@ -55,38 +60,40 @@ def _ranked(folder: Path) -> list[Path]:
 def latest_run(runs_dir: Path) -> Path | None:
     """The run folder whose checkpoints got furthest (optimizer step, then epoch and batch, recorded inside the
     files, never their mtime); ties go to the later name (default names start with the date)."""
-    best: tuple[tuple[int, int, int], str] | None = None
+    best: tuple[Position, str] | None = None
     found = None
     for folder in (d for d in Path(runs_dir).iterdir() if d.is_dir()) if Path(runs_dir).is_dir() else []:
         positions = [pos for pos in map(peek_position, folder.glob("*.pt")) if pos is not None]
         if not positions and not any(folder.glob("*.pt")):
             continue
-        key = (max(positions) if positions else (-2, -2, -2), folder.name)
+        key = (max(positions) if positions else Position(-2, -2, -2), folder.name)
         if best is None or key > best:
             best, found = key, folder
     return found
 
 
-def _noted(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    payload["_path"] = str(path)
+def _resume(path: Path, payload: dict[str, Any]) -> Resume:
     if payload.get("checksum_note") == NO_CHECKSUM:
         print(f"fasttrain: note: {path} has no checksum (written by an older fasttrain): loaded without verifying "
               "its content", file=sys.stderr)
-    return payload
+    return Resume(path, RunState.from_payload(payload))
 
 
-def with_saved_args(args: Any, payload: dict[str, Any], fields: Sequence[str]) -> Any:
-    """A copy of `args` (a dataclass) where every field of `fields` not given on this command line
-    (args.explicit) comes from the checkpoint."""
-    saved = payload.get("args") or {}
+def with_saved_args(args: TrainArgs, resume: Resume, fields: Sequence[str]) -> TrainArgs:
+    """A copy of `args` where every field of `fields` not given on this command line (args.explicit) comes from
+    the checkpoint's saved arguments."""
+    saved = resume.state.extras.args or {}
     taken = {name: saved[name] for name in fields if name in saved and name not in args.explicit}
     for name, value in taken.items():
         want = _ARG_TYPES.get(name)
         if want is not None and (not isinstance(value, want) or (isinstance(value, bool) and bool not in want)):
-            raise UserError([Problem(str(payload.get("_path", "the checkpoint")), f"not a usable checkpoint: field "
+            raise UserError([Problem(str(resume.path), f"not a usable checkpoint: field "
                                      f"'args.{name}' should be {' or '.join(t.__name__ for t in want)}, found "
                                      f"{type(value).__name__} {str(value)[:40]!r}", f"give --{name.replace('_', '-')} "
                                      "on the command line, or resume from another checkpoint")])
+    if taken.get("batch_size") is not None:  # saved as typed (int or "auto"), or as text by an older fasttrain
+        from fasttrain.train.types import parse_batch_size
+        taken["batch_size"] = parse_batch_size(taken["batch_size"])
     return dataclasses.replace(args, **taken)
 
 
@@ -96,12 +103,12 @@ _ARG_TYPES: dict[str, tuple[type, ...]] = {
     "profile": (str, _NONE), "model": (str, _NONE), "data": (str,), "epochs": (int, _NONE), "sets": (list,),
     "pretrained": (bool,), "seed": (int,), "image_size": (int, _NONE), "num_classes": (int, _NONE),
     "save_every": (int, _NONE), "strict_data": (bool,), "on_nan": (str,), "save_every_minutes": (int, float, _NONE),
-    "batch_size": (str, _NONE)}
+    "batch_size": (int, str, _NONE)}
 
 
-def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int) -> None:
+def check_resumable(resume: Resume, plan: Plan, epochs: int) -> None:
     """The batch decides where inside an epoch the run stands; a finished run has nothing left to do."""
-    saved = payload.get("plan") or {}
+    saved, path = resume.state.extras.plan, resume.path
     checks = (("batch_size", "loader.batch_size", "resume without changing loader.batch_size"),
               ("accumulation_steps", "optim.accumulation_steps", "resume without changing optim.accumulation_steps"),
               ("world_size", "world size", "start it with the same --nproc-per-node and --nnodes as the run that "
@@ -111,27 +118,20 @@ def check_resumable(payload: dict[str, Any], path: Path, plan: Any, epochs: int)
             raise UserError([Problem(str(path), f"was written with {label} {saved[key]}, this run would use "
                                      f"{getattr(plan, key)}: the position inside the epoch and the LR schedule "
                                      "would not match", fix, getattr(plan, key))])
-    epoch, batch = int(payload.get("epoch", 0)), int(payload.get("batch_in_epoch", 0))
-    if epoch >= epochs and batch == 0:
-        raise UserError([Problem(str(path), f"the run already finished epoch {epoch} of {epochs}",
-                                 f"train further with --epochs {epoch + 1} or more (the LR schedule then "
+    at = resume.state.position
+    if at.epoch >= epochs and at.batch == 0:
+        raise UserError([Problem(str(path), f"the run already finished epoch {at.epoch} of {epochs}",
+                                 f"train further with --epochs {at.epoch + 1} or more (the LR schedule then "
                                  "stretches to the new length)")])
 
 
-def log_cut(payload: dict[str, Any] | None) -> tuple[int, int, int] | None:
-    """(epoch, batch in epoch, optimizer step) a resumed run continues from, for the run log; None: a new run."""
-    if payload is None:
-        return None
-    step, epoch, batch = position(payload)
-    return max(epoch, 0), max(batch, 0), max(step, 0)
-
-
-def restore_sampler(sampler: Any, payload: dict[str, Any], path: Path) -> None:
-    state = payload.get("sampler")
+def restore_sampler(sampler: EpochSampler, resume: Resume) -> None:
+    """The data order a resumed run continues with: its checkpoint's, or a UserError when the data changed."""
+    state = resume.state.extras.sampler
     if state is None:
         return
     try:
         sampler.load_state_dict(state)
     except (ValueError, KeyError) as exc:
-        raise UserError([Problem(str(path), f"its data order does not fit this data: {exc}",
+        raise UserError([Problem(str(resume.path), f"its data order does not fit this data: {exc}",
                                  "resume with the same --data as the run that wrote it")]) from exc

@@ -14,10 +14,15 @@ torch.set_num_threads, which takes effect at the next parallel region.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import date
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.tuning import decide
+
+if TYPE_CHECKING:
+    from fasttrain.plan import Plan
+    from fasttrain.train.types import Prepared
 
 
 class ThreadAB:
@@ -49,34 +54,34 @@ class ThreadAB:
         self.started = now
 
 
-def arms_for(plan: Any, cores: int) -> list[int]:
+def arms_for(plan: Plan, cores: int) -> list[int]:
     """Every core, then every core but one per worker: the two splits worth comparing. Pure."""
     return sorted({cores, max(1, cores - plan.workers)}, reverse=True)
 
 
-def wanted(plan: Any, prep: Any, tuning: dict[str, Any], env: dict[str, str]) -> bool:
+def wanted(plan: Plan, prep: Prepared, tuning: dict[str, Any], env: dict[str, str]) -> bool:
     """On the CPU, with loader workers, when the user left workers and threads open and nothing measured the
     split yet (a trial that timed it, or a cached choice)."""
     from fasttrain.train.trial.tune import LOAD_ROW
     measured = any(row.get("candidate") == LOAD_ROW for row in tuning.get("candidates", []))
     return (plan.device == "cpu" and plan.workers > 0 and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
-            and not getattr(prep.args, "no_tune", False) and not tuning.get("cached") and not measured
-            and prep.resolved.provenance.get("loader.num_workers", "default").startswith(("preset", "default")))
+            and not prep.args.no_tune and not tuning.get("cached") and not measured
+            and not prep.resolved.user_set("loader.num_workers"))
 
 
-def attach(trainer: Any, prep: Any, tuning: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Give the trainer the A/B step hook when wanted; its result goes to the dashboard and the measurement cache
-    (doctor, bench and the next run's plan read it there)."""
+def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> ThreadAB | None:
+    """The A/B step hook for this run's loop (LoopOptions.before_step) when wanted, else None; its result goes to
+    the dashboard and the measurement cache (doctor, bench and the next run's plan read it there)."""
     import os
 
     import torch
 
     plan, cores = prep.plan, prep.report.cores
     if not wanted(plan, prep, tuning, dict(os.environ)):
-        return
+        return None
     arms = arms_for(plan, cores)
     if len(arms) < 2:
-        return
+        return None
 
     def done(best: int, ratio: float, samples: dict[int, list[float]]) -> None:
         other = [a for a in arms if a != best][0]
@@ -84,11 +89,11 @@ def attach(trainer: Any, prep: Any, tuning: dict[str, Any], say: Callable[[str],
             f"{other} over the first steps (median of {len(samples[best])} steps each)")
         _record(prep, best, other, ratio)
 
-    trainer.step_hook = ThreadAB(arms, torch.set_num_threads, done)
+    return ThreadAB(arms, torch.set_num_threads, done)
 
 
-def _record(prep: Any, best: int, other: int, ratio: float) -> None:
-    from fasttrain.train.trial.tune import trial_key
+def _record(prep: Prepared, best: int, other: int, ratio: float) -> None:
+    from fasttrain.train.trial.choice import trial_key
     from fasttrain.tuning.store import Measurement, lookup, record
     try:
         key = trial_key(prep)

@@ -17,79 +17,29 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.plan import Plan
+from fasttrain.train.trial.choice import CHOICE_FIELDS, apply_choice, trial_key, tunable
+from fasttrain.train.types import Prepared
 from fasttrain.tuning import decide
-from fasttrain.tuning.store import Measurement, TrialKey, lookup, machine_id, record
+from fasttrain.tuning.store import Measurement, record
 
-# Settings the trial may change, with the profile key whose provenance says whether the user chose it.
-TUNABLE = {"workers": "loader.num_workers", "precision": "speed.precision", "channels_last": "speed.channels_last",
-           "fused_optimizer": "speed.fused_optimizer", "cudnn_benchmark": "speed.cudnn_benchmark",
-           "compile": "speed.compile"}
-CHOICE_FIELDS = ("workers", "cpu_threads", "precision", "channels_last", "fused_optimizer", "cudnn_benchmark",
-                 "compile")
+if TYPE_CHECKING:
+    import torch
+
 STEPS = {"cpu": (1, 2), "cuda": (3, 8)}        # (warm-up, timed) steps per candidate
 LOAD_ROW = "load one batch (0 workers)"        # the findings row that says the trial measured the split
-
-
-def tunable(provenance: dict[str, str]) -> set[str]:
-    """Trial settings the user left to the preset or the default. Pure."""
-    return {name for name, key in TUNABLE.items()
-            if provenance.get(key, "default").startswith(("preset", "default"))}
-
-
-def trial_key(prep: Any) -> TrialKey:
-    decoded = prep.bundle.kind == "images" and prep.bundle.in_memory is not None  # no workers: another split
-    return TrialKey(machine=machine_id(prep.report), model=prep.model_name,
-                    data_kind="images-in-ram" if decoded else prep.bundle.kind,
-                    image_size=prep.plan.image_size, batch=prep.plan.batch_size,
-                    torch=prep.report.torch.version or "unknown")
 
 
 def planned_steps(plan: Plan, epochs: int) -> int:
     return (plan.iterations_per_epoch or 0) * max(1, epochs)
 
 
-def apply_choice(plan: Plan, choice: dict[str, Any], allowed: set[str], profile: Any, why: str) -> Plan:
-    """The plan with the trial's choice for the settings the user left open; a note says what changed. Pure."""
-    changes: dict[str, Any] = {}
-    for name in CHOICE_FIELDS:
-        gate = "workers" if name == "cpu_threads" else name
-        if name in choice and gate in allowed and getattr(plan, name) != choice[name]:
-            changes[name] = choice[name]
-    if plan.device != "cpu":
-        changes.pop("cpu_threads", None)
-    if not changes:
-        return dataclasses.replace(plan, notes=[*plan.notes, f"tuning: {why}; the plan's settings were fastest"])
-    if "workers" in changes:
-        workers = changes["workers"]
-        changes.update(workers_reason="measured by the tuning trial",
-                       prefetch_factor=profile.loader.prefetch_factor if workers else None,
-                       persistent_workers=profile.loader.persistent_workers and workers > 0)
-    if "compile" in changes:
-        changes["compile_reason"] = "measured by the tuning trial"
-    said = ", ".join(f"{k} {getattr(plan, k)} -> {v}" for k, v in changes.items() if k in CHOICE_FIELDS)
-    return dataclasses.replace(plan, **changes, notes=[*plan.notes, f"tuning: {why}: {said}"])
-
-
-def apply_cached(prep: Any) -> tuple[Plan, dict[str, Any] | None]:
-    """The plan with a cached trial's choice for this machine, model and data (no trial runs) -> (plan, entry)."""
-    if getattr(prep.args, "no_tune", False) or prep.world is not None:
-        return prep.plan, None
-    entry = lookup(trial_key(prep))
-    if not entry or not isinstance(entry.get("choice"), dict):
-        return prep.plan, None
-    when = (entry.get("trial") or {}).get("date", "an earlier run")
-    plan = apply_choice(prep.plan, entry["choice"], tunable(prep.resolved.provenance), prep.resolved.profile,
-                        f"measured on this machine ({when}, cached)")
-    return plan, entry
-
-
 class _Trial:
     """Times candidates within a budget; keeps what it measured for the findings."""
 
-    def __init__(self, prep: Any):
+    def __init__(self, prep: Prepared):
         self.prep = prep
         self.spent = 0.0
         self.budget = 0.0
@@ -107,16 +57,15 @@ class _Trial:
 
         from fasttrain.datasets.build import SyntheticBatches
         from fasttrain.models.registry import create_model
-        from fasttrain.train.events import Collaborators
+        from fasttrain.train.loop.step import StepEngine
         from fasttrain.train.loop.trainer import Trainer
 
         started = time.perf_counter()
         prep = self.prep
         model = create_model(prep.model_name, prep.bundle.num_classes, image_size=plan.image_size)
-        trainer = Trainer(plan, prep.resolved.profile.optim, model, steps_per_epoch=100,
-                          collaborators=Collaborators(warn=lambda text: None))
-        trainer.oom_backoff = False
-        data = SyntheticBatches(plan.batch_size, plan.image_size, prep.bundle.num_classes, trainer.device,
+        engine = StepEngine.build(plan, prep.resolved.profile.optim, model, batches_per_epoch=100, oom_backoff=False)
+        trainer = Trainer(engine)
+        data = SyntheticBatches(plan.batch_size, plan.image_size, prep.bundle.num_classes, engine.device,
                                 self.warm + self.timed)
         out: dict[int, float] = {}
         first = not self.rows  # the process's first steps also start its thread pool and kernel caches
@@ -124,23 +73,23 @@ class _Trial:
             if n and plan.device == "cpu":
                 torch.set_num_threads(n)
             trainer.train_epoch(data, 0, batches=self.warm + (1 if first else 0))
-            _sync(trainer.device)
+            _sync(engine.device)
             t0 = time.perf_counter()
             trainer.train_epoch(data, 0, batches=self.timed)
-            _sync(trainer.device)
+            _sync(engine.device)
             out[n] = (time.perf_counter() - t0) / self.timed
             self.rows.append({"candidate": name, "threads": n or None, "step_s": round(out[n], 5)})
         self.spent += time.perf_counter() - started
         return out
 
 
-def _sync(device: Any) -> None:
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         import torch
         torch.cuda.synchronize(device)
 
 
-def load_batch_s(prep: Any, plan: Plan) -> float:
+def load_batch_s(prep: Prepared, plan: Plan) -> float:
     """Seconds to load one batch in the main process (0 workers): decoding and augmentation, measured."""
     from fasttrain.datasets.loaders import build_loaders
 
@@ -184,10 +133,10 @@ def _split_step(trial: _Trial, plan: Plan, allowed: set[str], cores: int,
     return dataclasses.replace(plan, workers=best.workers, cpu_threads=best.threads)
 
 
-def _flips(plan: Plan, allowed: set[str], report: Any) -> list[tuple[str, Any]]:
+def _flips(plan: Plan, allowed: set[str]) -> list[tuple[str, bool | str]]:
     """The one-setting changes worth timing from `plan`, most promising first."""
     cuda = plan.device == "cuda"
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, bool | str]] = []
     if "fused_optimizer" in allowed:
         out.append(("fused_optimizer", not plan.fused_optimizer))
     if "precision" in allowed and not cuda:
@@ -199,12 +148,12 @@ def _flips(plan: Plan, allowed: set[str], report: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]:
+def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]:
     """Time the candidates within the budget -> (the plan with the winners, findings for the run folder)."""
     import os
 
     trial = _Trial(prep)
-    allowed = tunable(prep.resolved.provenance)
+    allowed = tunable(prep.resolved)
     cores = prep.report.cores
     today = date.today().isoformat()
     steps = planned_steps(plan, epochs)
@@ -217,7 +166,7 @@ def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]
     if plan.device == "cpu" and prep.bundle.in_memory is None and "OMP_NUM_THREADS" not in os.environ:
         plan = _split_step(trial, plan, allowed, cores, found, today)
     current = trial.step_s
-    for name, value in _flips(plan, allowed, prep.report):
+    for name, value in _flips(plan, allowed):
         if not decide.affordable(trial.spent, trial.cost(), trial.budget):
             trial.skipped.append(f"{name}: over the trial budget")
             continue
@@ -242,7 +191,7 @@ def run_trial(prep: Any, plan: Plan, epochs: int) -> tuple[Plan, dict[str, Any]]
     return plan, findings
 
 
-def forecast_for_run(prep: Any) -> dict[str, Any] | None:
+def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
     """The `estimate` forecast for this run, set beside the measured figures on the dashboard. It only informs:
     any failure (an unusual model, a missing GPU spec) means no forecast, never a failed run."""
     try:
@@ -260,7 +209,7 @@ def forecast_for_run(prep: Any) -> dict[str, Any] | None:
     return {k: v for k, v in out.items() if v is not None} or None
 
 
-def no_trial_reason(prep: Any, forecast_step_s: float | None) -> str | None:
+def no_trial_reason(prep: Prepared, forecast_step_s: float | None) -> str | None:
     """Why this run (not cached) starts without a trial, or None: what the run does and what --dry-run says."""
     steps = planned_steps(prep.plan, prep.resolved.profile.optim.epochs)
     reason = decide.skip_reason(steps, no_tune=prep.args.no_tune, cached=False,
@@ -273,10 +222,10 @@ def no_trial_reason(prep: Any, forecast_step_s: float | None) -> str | None:
     return reason
 
 
-def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any, dict[str, Any]]:
+def tune_prepared(prep: Prepared, forecast_step_s: float | None = None) -> tuple[Prepared, dict[str, Any]]:
     """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
     there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
-    if getattr(prep, "tuning", None):
+    if prep.tuning:
         return prep, {"cached": True, **prep.tuning}
     reason = no_trial_reason(prep, forecast_step_s)
     if reason is not None:
@@ -285,20 +234,7 @@ def tune_prepared(prep: Any, forecast_step_s: float | None = None) -> tuple[Any,
     plan, findings = run_trial(prep, before, prep.resolved.profile.optim.epochs)
     why = (f"trial of {findings['spent_s']:.1f} s (budget {findings['budget_s']:.1f} s, "
            f"{findings['spent_s'] / max(findings['planned_run_s'], 1e-9):.0%} of the planned run)")
-    plan = apply_choice(before, findings["choice"], tunable(prep.resolved.provenance), prep.resolved.profile, why)
+    plan = apply_choice(before, findings["choice"], tunable(prep.resolved), prep.resolved.profile, why)
     return dataclasses.replace(prep, plan=plan), findings
 
 
-def tuning_line(findings: dict[str, Any] | None) -> str:
-    """One line for the dashboard and --dry-run. Pure."""
-    if not findings:
-        return "not measured yet: the run times the candidate settings first (a few % of the run, capped)"
-    if isinstance(findings.get("skipped"), str):  # no trial ran; a trial's own "skipped" is a list, said below
-        return f"skipped: {findings['skipped']}"
-    skipped = "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", [])) \
-        if findings.get("skipped") else ""
-    spent = findings.get("spent_s", (findings.get("trial") or {}).get("spent_s"))
-    when = findings.get("date", (findings.get("trial") or {}).get("date", "?"))
-    cached = " (cached: no trial this run)" if findings.get("cached") else ""
-    return f"measured {when} in {spent} s{cached}: " + ", ".join(
-        f"{k}={v}" for k, v in (findings.get("choice") or {}).items()) + skipped

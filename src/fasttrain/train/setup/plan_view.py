@@ -1,0 +1,85 @@
+"""What `train --dry-run` shows (and `--json` prints), and the notes a run's dashboard opens with: the plan
+in words, where the profile came from, the data and the model, and what the tuning trial found or why none runs.
+Rendering only: every figure comes from the Plan and the prepared run."""
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrain.train.types import Prepared
+
+
+def plan_view(prep: Prepared) -> dict[str, Any]:
+    """What --dry-run shows (and --json prints): the plan, where the profile came from, data and model."""
+    p = prep.plan
+    return {
+        "profile": prep.profile_ref, "profile_reason": prep.profile_reason, "sources": prep.resolved.chain,
+        "model": prep.model_name,
+        "data": {"spec": prep.args.data, "kind": prep.bundle.kind, "source": str(prep.bundle.source),
+                 "num_classes": prep.bundle.num_classes, "train_size": prep.bundle.train_size,
+                 "val_size": prep.bundle.val_size},
+        "epochs": prep.resolved.profile.optim.epochs,
+        "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
+        "base_batch": prep.resolved.profile.optim.base_batch,
+        "plan": p.to_dict(),
+        "tuning": _tuning_view(prep),
+        "notes": plan_notes(prep),
+    }
+
+
+def plan_notes(prep: Prepared) -> list[str]:
+    """The profile's notes, then the plan's: what the run's dashboard opens with (without the rest of plan_view,
+    whose tuning line would compute the forecast a second time)."""
+    return [n.line() for n in prep.resolved.notes] + list(prep.plan.notes)
+
+
+def _tuning_view(prep: Prepared) -> dict[str, Any]:
+    """What the tuning trial found (cached), or why none will run, for --dry-run: the run's own decision
+    (tune.no_trial_reason, with the forecast's step time the run would give it)."""
+    from fasttrain.train.trial.choice import tuning_line
+    from fasttrain.train.trial.tune import forecast_for_run, no_trial_reason
+
+    if prep.tuning:
+        return {"cached": True, **prep.tuning, "line": tuning_line({"cached": True, **prep.tuning})}
+    forecast = forecast_for_run(prep) if not prep.args.no_tune and prep.bundle.kind != "custom" else None
+    reason = no_trial_reason(prep, (forecast or {}).get("step_time_s"))
+    findings = {"skipped": reason} if reason else None
+    return {**(findings or {}), "line": tuning_line(findings)}
+
+
+def _chosen(value: Any, requested: Any, reason: str) -> str:
+    """`4 (as asked)`, `bf16-mixed (as asked; why)` when the plan kept it for a reason of its own, or
+    `2 (asked 4: only 2 cores)` when the plan changed what the profile asked for."""
+    if value == requested:
+        return f"{value} (as asked)" if reason in ("", "asked") else f"{value} (as asked; {reason})"
+    return f"{value} (asked {requested}: {reason})"
+
+
+def plan_lines(view: dict[str, Any]) -> list[str]:
+    from fasttrain.core.format import plural
+
+    p = view["plan"]
+    d = view["data"]
+    base_batch = view.get("base_batch")
+    lr = (f"{view['optimizer']} {p['base_lr']:g} @ base batch {base_batch} -> {p['scaled_lr']:.4g} at batch "
+          f"{p['effective_batch']}" if base_batch is not None else
+          f"{view['optimizer']} {p['base_lr']:g} -> {p['scaled_lr']:.4g} at batch {p['effective_batch']}")
+    lines = [
+        f"profile      {view['profile']} ({view['profile_reason']})",
+        f"device       {p['device']}: {p['device_reason']}",
+        f"precision    {_chosen(p['precision'], p['precision_requested'], p['precision_reason'])}",
+        f"compile      {'on, mode ' + p['compile_mode'] if p['compile'] else 'off'} ({p['compile_reason']})",
+        f"speed        channels_last={p['channels_last']} tf32={p['tf32']} cudnn_benchmark={p['cudnn_benchmark']} "
+        f"fused_optimizer={p['fused_optimizer']}",
+        f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x "
+        f"{plural(p['world_size'], 'device')} = effective batch {p['effective_batch']}",
+        f"LR           {lr}, schedule {view['schedule']}",
+        f"workers      {_chosen(p['workers'], p['workers_requested'], p['workers_reason'])}, "
+        f"prefetch {p['prefetch_factor']}, pin_memory={p['pin_memory']}",
+        f"data         {d['spec']} ({d['kind']}): {d['train_size']:,} train / {d['val_size']:,} val, "
+        f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
+        f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
+        f"model        {view['model']}",
+        f"tuning       {view['tuning']['line']}",
+    ]
+    lines += [f"note         {n}" for n in view["notes"]]
+    return lines
