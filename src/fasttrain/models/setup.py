@@ -125,7 +125,7 @@ def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: boo
                   wrap: Callable[[nn.Module], nn.Module] | None = None,
                   ) -> tuple[nn.Module, Callable[..., Any], list[str]]:
     """-> (eager module holding the weights, the callable to run it with, notes).
-    `wrap` (DistributedDataParallel, distributed.DistContext.wrap) goes around the model once it is on its
+    `wrap` (DistributedDataParallel, train/parallel/ddp.py DistContext.wrap) goes around the model once it is on its
     device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give."""
     notes = configure_backends(plan)
     if activation_checkpointing:

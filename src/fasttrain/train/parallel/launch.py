@@ -7,7 +7,7 @@ LOCAL_RANK, ... in its environment (worker_world() reads them; `torchrun -m fast
 One machine uses a standalone rendezvous on a free local port; several use the static one (node 0 hosts the
 store at --rdzv-endpoint, so global rank 0, the one that writes checkpoints, is always on node 0).
 The agent forwards SIGTERM/SIGINT to the workers (they live in their own sessions), which agree on a step,
-save and stop (distributed.StopVote); a worker that fails makes the agent stop the others.
+save and stop (ddp.StopVote); a worker that fails makes the agent stop the others.
 
 Torch-free at import (cli.py imports it to remember the command line); torch.distributed.run is imported
 only in launch().

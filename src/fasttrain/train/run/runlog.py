@@ -5,7 +5,7 @@ Layout of runs/<name>/:
   metrics.jsonl    one JSON object per line: {"kind": "step"|"epoch", "time": <unix seconds>, ...}
   tb/              TensorBoard event files (`tensorboard --logdir runs`)
   summary.json     the final summary (what `train --json` prints)
-  .lock            flock'ed by the one process writing this run (runlock.py): pid, host, start time
+  .lock            flock'ed by the one process writing this run (lock.py): pid, host, start time
 On resume, rows logged after the checkpoint are dropped and TensorBoard purges past its step (logfix.py).
 A write the disk refuses (ENOSPC) warns once per file and the run goes on (checkpoints are still tried).
 Checkpoints are written next to these by the loop.
@@ -107,7 +107,7 @@ class RunLog:
                  resume_at: Position | None = None):
         """`resume_at`: the position of the checkpoint a resumed run continues from:
         rows the stopped process logged after it are dropped (truncate_metrics) and TensorBoard purges its
-        events past that step. Takes the run folder's lock first (runlock.py): a second process gets exit 2."""
+        events past that step. Takes the run folder's lock first (lock.py): a second process gets exit 2."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock(self.run_dir).acquire()

@@ -1,4 +1,4 @@
-"""The whole training footprint against the machine the run uses, before any work (gather.prepare()).
+"""The whole training footprint against the machine the run uses, before any work (setup/prepare.py).
 
 Weights, gradients, optimizer state and the batch's activations (counted on the meta device by
 estimate/cost.py, priced by estimate/forecast.py's memory_budget) live in GPU memory on a GPU and in host

@@ -7,7 +7,7 @@ Content is everything an exact resume needs: model, optimizer, GradScaler, LR sc
 epoch and batch inside it, sampler state, RNG states, the resolved profile and versions.
 A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
 the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
-Every file carries a SHA-256 of its content (ckpt_integrity.py); load() verifies it and the types of the
+Every file carries a SHA-256 of its content (integrity.py); load() verifies it and the types of the
 fields a resume reads, so a flipped byte or an edited field is refused like a truncated file, naming the
 previous good checkpoint. Runs and files are ranked by the position recorded inside them, never by mtime.
 Test hook: FASTTRAIN_TEST_SLOW_SAVE=seconds (read and checked once, when a CheckpointPolicy is made: a bad

@@ -223,7 +223,7 @@ def no_trial_reason(prep: Prepared, forecast_step_s: float | None) -> str | None
 
 
 def tune_prepared(prep: Prepared, forecast_step_s: float | None = None) -> tuple[Prepared, dict[str, Any]]:
-    """Before the first epoch: the cached choice (already applied by gather.prepare), or a trial, or the reason
+    """Before the first epoch: the cached choice (already applied by setup/prepare.py), or a trial, or the reason
     there is none -> (prep with the tuned plan, findings for the dashboard and the run folder)."""
     if prep.tuning:
         return prep, {"cached": True, **prep.tuning}
