@@ -275,11 +275,11 @@ def compare_rows(kind: str, profile: Profile, req: Request, local: HardwareRepor
             fc, _t = forecast_for(profile, req, local, gpu_flag=name)
             rows.append(compare_row(name, fc))
     else:
-        from fasttrain.profiles import presets
+        from fasttrain.profiles.files import preset_names
         # The same work on every preset: this plan's image size and epochs, each preset's own machine and settings.
         same_work = dataclasses.replace(req, sets=[], image_size_flag=profile.loader.image_size,
                                         epochs_flag=profile.optim.epochs)
-        for name in presets.preset_names():
+        for name in preset_names():
             res = resolve_profile(name, same_work)
             fc, _t = forecast_for(res.profile, req, local, warning=host_warning(res))
             rows.append(compare_row(name, fc))
