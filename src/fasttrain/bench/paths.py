@@ -200,7 +200,8 @@ def prepare_sample(source: str, classes: list[str], sample: list[tuple[str, int]
     """Prepare the sample's files as shards in `dst` (all of it as training data) -> the ShardImages."""
     from pathlib import Path
 
-    from fasttrain.datasets.prepare import plan_from_splits, run_plan
+    from fasttrain.datasets.prepare import run_plan
+    from fasttrain.datasets.prepare_plan import plan_from_splits
 
     plan = plan_from_splits(Path(source), classes, sample, [], image_size=image_size, scale=1.15,
                             shard_size=max(1, len(sample) // 4))
@@ -290,7 +291,7 @@ def _source_samples(bundle: Any, data: str) -> tuple[str, list[str], list[tuple[
         if not src.is_dir():
             return manifest["source"], manifest["classes"], []
         from fasttrain.datasets.image_folder import find_splits
-        from fasttrain.datasets.prepare import SPLIT_SEED, VAL_FRACTION
+        from fasttrain.datasets.prepare_plan import SPLIT_SEED, VAL_FRACTION
 
         classes, train, _ = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
         return str(src), classes, train
