@@ -8,7 +8,7 @@ from fasttrain.core.exports import lazy_face
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "bench_speedups": "speedups",
-    "load_claims": "speedups",
+    "load_claims": "claims",
     "sweep": "loader",
     "find_knee": "loader",
     "new_bench_dir": "results",

@@ -113,7 +113,8 @@ def speedups_cmd(
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
     beside the speed-ups the field notes claim. Synthetic inputs on the device: the model alone."""
-    from fasttrain.bench.speedups import SETTINGS, bench_speedups
+    from fasttrain.bench.speedups import bench_speedups
+    from fasttrain.bench.variants import SETTINGS
 
     names = [n for n, _ in SETTINGS]
     chosen = _names(only, "--only", names)
@@ -147,7 +148,7 @@ def _remember_speedups(result: dict[str, Any], report: Any, model: str) -> None:
     read it (tuning/store.py): no command then suggests a setting measured slower here."""
     from datetime import date
 
-    from fasttrain.bench.speedups import measurements_from_rows
+    from fasttrain.bench.remember import measurements_from_rows
     from fasttrain.tuning.store import TrialKey, machine_id, record
 
     found = measurements_from_rows(result["rows"], date.today().isoformat())
@@ -277,7 +278,7 @@ def loader_cmd(
         return
     claim = ""
     if result.get("speedup_over_0_workers"):
-        from fasttrain.bench.speedups import claims_text, load_claims
+        from fasttrain.bench.claims import claims_text, load_claims
         _, claim = claims_text("workers", load_claims())
     bench_view.render_loader(result, points, knee, choice, claim, path, console())
 
