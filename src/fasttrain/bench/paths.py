@@ -79,7 +79,7 @@ def measure_path(name: str, dataset: Any, *, batch_size: int, workers: int, imag
     import torch
     from torch.utils.data import DataLoader
 
-    from fasttrain.bench.loader import RamSampler
+    from fasttrain.bench.ram import RamSampler
     from fasttrain.datasets.gpu_decode import collate_bytes
     from fasttrain.datasets.loaders import collate_images
 
@@ -89,7 +89,7 @@ def measure_path(name: str, dataset: Any, *, batch_size: int, workers: int, imag
                         collate_fn=collate_bytes if gpu is not None else collate_images)
     import psutil
 
-    from fasttrain.bench.loader import pss_of
+    from fasttrain.bench.ram import pss_of
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # like a DataLoader worker: one core per process, so per-core figures compare

@@ -238,23 +238,26 @@ def loader_cmd(
     the profile's batch and augmentation; the knee, the recommended setting within the RAM budget, and whether it
     keeps up with the model."""
     from fasttrain.bench import loader as bl
+    from fasttrain.bench import loader_choice as bch
+    from fasttrain.bench import loader_sweep as bsw
+    from fasttrain.bench.remember import workers_measurement
 
     factors = _prefetch_factors(prefetch)
     report, prof, ref = _setup(profile, sets, image_size)
     say = _say()
     train_model = None if model.lower() == "none" else model
     bundle, plan, batch_msg = _loader_inputs(data, report, prof, batch_size, train_model, say)
-    settings = bl.sweep_settings(bl.worker_counts(report.cores, max_workers), factors)
+    settings = bsw.sweep_settings(bsw.worker_counts(report.cores, max_workers), factors)
     say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
         f"{plan.batch_size}, {plan.image_size} px")
     samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
                        progress=say)
-    points = bl.combine_rounds(samples)
-    knee = bl.find_knee(points)
-    choice, why = bl.recommend(points, plan.ram_budget_bytes)
+    points = bsw.combine_rounds(samples)
+    knee = bch.find_knee(points)
+    choice, why = bch.recommend(points, plan.ram_budget_bytes)
     train_rate, source = _training_rate(prof, plan, train_model, bundle, say)
-    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
-    result = bl.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
+    up = bch.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
+    result = bch.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
                         rounds=rounds, batches=batches, model=train_model, batch_message=batch_msg)
     if paths:
         from fasttrain.bench.paths import compare_paths
@@ -270,7 +273,7 @@ def loader_cmd(
                 f"{choice.images_per_s:.0f} img/s\n{why}")
         bl.write_profile(write_profile, ref, choice, note)
         result["profile_written"] = str(write_profile)
-    result["advice"] = _remember_loader(bl.workers_measurement(points, choice, plan.workers, _today()), bundle.kind,
+    result["advice"] = _remember_loader(workers_measurement(points, choice, plan.workers, _today()), bundle.kind,
                                         plan, report)
     path = _save("loader", out, result, report)
     if as_json:
