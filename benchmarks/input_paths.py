@@ -49,7 +49,7 @@ def make_jpegs(root: Path, sizes: list[tuple[int, int]], per_class: int) -> Path
 
 
 def datasets(src: Path, work: Path, size: int) -> dict[str, object]:
-    from fasttrain.bench.paths import TorchvisionFolder
+    from fasttrain.bench.path_timing import TorchvisionFolder
     from fasttrain.datasets.fast_decode import FastImageFiles
     from fasttrain.datasets.image_folder import scan_tree
     from fasttrain.datasets.prepare import run_plan
