@@ -18,14 +18,88 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasttrain.bench.loader_choice import profile_yaml
-from fasttrain.bench.loader_sweep import Point, Setting
+from fasttrain.bench.loader_choice import find_knee, keeps_up, profile_yaml, recommend, summary
+from fasttrain.bench.loader_sweep import Point, Setting, combine_rounds, sweep_settings, worker_counts
 from fasttrain.bench.ram import RamSampler, pss_of
 from fasttrain.bench.rounds import rotated
 from fasttrain.core.format import fmt_bytes
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """`bench loader`'s flags, checked: what to sweep, how long, and what to compare."""
+
+    data: str                   # shapes or an image folder
+    prefetch: tuple[int, ...]   # prefetch_factor values
+    max_workers: int | None     # None: the cores and one step past them
+    rounds: int
+    batches: int                # timed batches per setting per round
+    max_seconds: float          # time cap per setting per round
+    model: str | None           # the model the loader must keep up with; None: --model none
+    paths: bool                 # also compare input paths on a sample of the files
+    compare_images: int
+    shards: Path | None         # a prepared set to compare
+
+
+@dataclass
+class LoaderBench:
+    """What `bench loader` measured: the result dict (stable keys), the points, the knee and the recommendation."""
+
+    result: dict[str, Any]
+    points: list[Point]
+    knee: Point
+    choice: Point
+    why: str
+
+
+def bench_loader(bundle: Any, plan: Any, prof: Any, cores: int, opts: LoaderOptions, *, profile: str,
+                 batch_message: str | None, progress: Callable[[str], None]) -> LoaderBench:
+    """Sweep the settings in interleaved rounds, choose, check the choice keeps up with the model, and (opts.paths)
+    compare the input paths with the chosen worker count."""
+    settings = sweep_settings(worker_counts(cores, opts.max_workers), opts.prefetch)
+    progress(f"{len(settings)} settings x {opts.rounds} rounds on {bundle.train_size} images ({opts.data}), batch "
+             f"{plan.batch_size}, {plan.image_size} px")
+    samples = sweep(bundle, plan, settings, rounds=opts.rounds, batches=opts.batches, max_seconds=opts.max_seconds,
+                    progress=progress)
+    points = combine_rounds(samples)
+    knee = find_knee(points)
+    choice, why = recommend(points, plan.ram_budget_bytes)
+    train_rate, source = training_rate_to_match(prof, plan, opts.model, bundle, progress)
+    up = keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
+    result = summary(points, samples, plan, choice, why, knee, up, data=opts.data, profile=profile, cores=cores,
+                     rounds=opts.rounds, batches=opts.batches, model=opts.model, batch_message=batch_message)
+    if opts.paths:
+        from fasttrain.bench.paths import compare_paths
+
+        compared = compare_paths(bundle, opts.data, augment=prof.augment, image_size=plan.image_size,
+                                 batch_size=plan.batch_size, workers=choice.workers, images=opts.compare_images,
+                                 rounds=opts.rounds, max_seconds=opts.max_seconds, train_rate=train_rate,
+                                 shards=opts.shards, progress=progress)
+        result.update(paths=compared["paths"], paths_recommendation=compared["recommendation"],
+                      paths_sample_images=compared["sample_images"], paths_workers=compared["workers"])
+    return LoaderBench(result, points, knee, choice, why)
+
+
+def training_rate_to_match(prof: Any, plan: Any, train_model: str | None, bundle: Any,
+                           say: Any) -> tuple[float | None, str]:
+    """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
+    profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
+    train_rate, source = None, "measured here"
+    forecast = None
+    if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
+        forecast = forecast_rate(prof, train_model, num_classes=bundle.num_classes, dataset_size=bundle.train_size)
+    if forecast is not None:
+        train_rate, source = forecast
+    elif train_model is not None:
+        say(f"measuring the training rate of {train_model} (synthetic inputs, same step code as train)")
+        train_rate = training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
+        if prof.hardware.gpu and plan.device != "cuda":
+            source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
+    return train_rate, source
 
 
 def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:

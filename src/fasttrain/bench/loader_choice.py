@@ -99,6 +99,12 @@ def summary(points: list[Point], samples: list[dict[str, Any]], plan: Any, choic
     }
 
 
+def profile_note(data: str, batch_size: int, image_size: int, choice: Point, why: str) -> str:
+    """The comment atop a profile `bench loader --write-profile` writes: what was measured, and why this setting."""
+    return (f"written by `fasttrain bench loader` ({data}, batch {batch_size}, {image_size} px): "
+            f"{choice.images_per_s:.0f} img/s\n{why}")
+
+
 def profile_yaml(extends: str, choice: Point, note: str) -> str:
     """A profile file that extends the one benchmarked and sets the chosen loader keys (valid under
     profiles/rules.py: 0 workers means no prefetch and no persistent workers)."""

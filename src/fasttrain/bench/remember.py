@@ -33,3 +33,47 @@ def workers_measurement(points: list[Point], choice: Point, planned: int, today:
     base = per[min(per, key=lambda w: (abs(w - planned), w))]
     return Measurement("workers", choice.workers, round(choice.images_per_s / max(base.images_per_s, 1e-9), 2),
                        "bench loader", today, f"vs {plural(base.workers, 'worker')}, the plan's rule")
+
+
+def remember_speedups(result: dict[str, Any], report: Any, model: str) -> None:
+    """What bench speedups measured goes to the measurement cache, where doctor, estimate and train's verdict
+    read it (tuning/store.py): no command then suggests a setting measured slower here."""
+    from fasttrain.tuning.store import TrialKey, machine_id
+
+    found = measurements_from_rows(result["rows"], _today())
+    if not found:
+        return
+    key = TrialKey(machine_id(report), model, "synthetic", result["image_size"], result["batch_size"],
+                   report.torch.version or "unknown")
+    _record(key, found)
+
+
+def remember_loader(points: list[Point], choice: Point, kind: str, plan: Any, report: Any) -> dict[str, Any]:
+    """The recommended worker count goes to the measurement cache, keyed by this machine and torch, the data kind,
+    image size and batch (no model): train's plan and doctor read it through tuning/advice.workers_advice, the
+    same code that gives here the count they will use -> {workers, text, recorded}."""
+    from fasttrain.tuning.advice import workers_advice
+    from fasttrain.tuning.store import loader_key
+
+    found = workers_measurement(points, choice, plan.workers, _today())
+    recorded = _record(loader_key(report, kind, plan.image_size, plan.batch_size), [found])
+    advice = workers_advice([found], plan.workers, report.cores)
+    return {"workers": advice.value, "text": advice.text, "recorded": recorded}
+
+
+def _record(key: Any, found: list[Any]) -> bool:
+    """The one place the benches write the cache (tuning/store.record) -> whether it was written. An unusable cache
+    directory is no error: the result file still has every figure."""
+    from fasttrain.core.errors import UserError
+    from fasttrain.tuning.store import record
+
+    try:
+        record(key, measurements=found)
+    except UserError:
+        return False
+    return True
+
+
+def _today() -> str:
+    from datetime import date
+    return date.today().isoformat()

@@ -56,6 +56,17 @@ def write_result(run_dir: Path, data: dict[str, Any]) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def save_result(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> Path:
+    """Write `result` (enveloped) to OUT/result.json or a new runs/bench-<kind>-<time>/, and add the envelope's
+    fields and the file's path to `result`, so --json prints what the file holds -> the file."""
+    run_dir = out if out is not None else new_bench_dir(kind)
+    data = envelope(kind, result, report)
+    path = write_result(run_dir, data)
+    result.update({k: data[k] for k in ("schema", "kind", "created_at", "machine")})
+    result["result_path"] = str(path)
+    return path
+
+
 # A result.json is a few kB; anything far larger is not one (and must not be read into memory whole).
 MAX_RESULT_BYTES = 16 * 2**20
 KINDS = ("speedups", "loader", "batch")

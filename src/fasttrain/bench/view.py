@@ -1,6 +1,6 @@
 """Rich tables for `fasttrain bench`: each function prints one bench's result and computes nothing new.
 
-The commands (fasttrain/commands/bench.py) gather and measure, the bench modules summarise, and
+The bench modules gather, measure and summarise (fasttrain/commands/bench.py calls them), and
 these functions only lay the summary out on the console they are given.
 """
 from __future__ import annotations
