@@ -47,11 +47,13 @@ def estimate_cmd(
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
     from fasttrain.estimate import gather as g
+    from fasttrain.estimate import checks, data_input
+    from fasttrain.estimate.compare import compare_rows
     from fasttrain.train.launch import world_flags
     if what is not None and (not compare or what not in COMPARE_KINDS):
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
                                  "use --compare presets or --compare gpus", None)])
-    g.validate_sizes(dataset_size, image_size, epochs, num_classes)
+    checks.validate_sizes(dataset_size, image_size, epochs, num_classes)
     options.check_name(model, "--model", "a timm or torchvision name, tiny_cnn, or module:callable")
     if gpu is not None:
         options.check_name(gpu, "--gpu", "a GPU of the spec file, e.g. --gpu T4 (fasttrain estimate --compare gpus)")
@@ -73,14 +75,14 @@ def estimate_cmd(
     prof = resolved.profile
     decoding = None
     if data is not None:
-        decoding = g.decoded_here(data, prof, local, gpu)
+        decoding = data_input.decoded_here(data, prof, local, gpu)
         from fasttrain.datasets.decoded import IN_MEMORY
         req.in_memory = IN_MEMORY if decoding else None
-        count, sample = g.sample_data(data, prof, decoded_once=decoding is not None)
+        count, sample = data_input.sample_data(data, prof, decoded_once=decoding is not None)
         req.dataset_size, req.loader = count, sample
         req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
-    g.check_full_batch(target.plan)
+    checks.check_full_batch(target.plan)
     if auto_note:
         target.plan.notes.append(auto_note)
     notes = g.plain_notes(resolved) + target.plan.notes   # the profile's notes, then the plan's
@@ -93,7 +95,7 @@ def estimate_cmd(
         payload["measure"] = measured
     rows = None
     if compare:
-        rows = g.compare_rows(what or "presets", prof, req, local)
+        rows = compare_rows(what or "presets", prof, req, local)
         payload["compare"] = {"kind": what or "presets", "rows": rows}
     if as_json:
         from fasttrain.core.console import print_json
