@@ -2,13 +2,26 @@
 loader workers), how many training images it holds, and the loader rate measured on a sample of its files."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from fasttrain.core.errors import UserError
 from fasttrain.estimate.forecast import LoaderSample
-from fasttrain.estimate.gather import local_report
+from fasttrain.estimate.gather import Request, local_report
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import Profile
+
+
+def with_data(req: Request, data: Path, profile: Profile, local: HardwareReport | None,
+              gpu_flag: str | None) -> tuple[Request, str | None]:
+    """(`req` with the folder's training images and the loader rate measured on a sample, train's words for
+    decoding it once into RAM here or None): where train decodes it once, the request says so (in_memory) and the
+    rate is the batched augmentation's."""
+    decoding = decoded_here(data, profile, local, gpu_flag)
+    from fasttrain.datasets.decoded import IN_MEMORY
+    count, sample = sample_data(data, profile, decoded_once=decoding is not None)
+    return dataclasses.replace(req, in_memory=IN_MEMORY if decoding else None, dataset_size=count, loader=sample,
+                               dataset_size_source=f"--data ({count:,} training images, split as train does)"), decoding
 
 
 def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, LoaderSample]:

@@ -1,10 +1,13 @@
-"""Render a Forecast (and --compare / --measure results) as Rich tables. No arithmetic here."""
+"""Render an estimate: the Forecast (and --compare / --measure results) as Rich tables. No arithmetic here."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration, plural
+
+if TYPE_CHECKING:
+    from fasttrain.estimate.result import Estimate
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -186,3 +189,18 @@ def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None
         table.add_row(label, "unknown" if f is None else show(f), "-" if m is None else show(m), ratio)
     out.print(table)
     out.print(result["note"])
+
+
+def render_estimate(est: Estimate, model: str, out: Any) -> None:
+    """`estimate`: the forecast under a title naming the model, profile, device and data; the notes; then the
+    --measure comparison and the --compare table when asked."""
+    fc, target = est.forecast, est.target
+    render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{est.profile}[/] on {fc.device['name']} "
+                             f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
+                             f"data: {est.dataset_size_source}")
+    for note in est.notes:
+        out.print(f"note: {note}", highlight=False)
+    if est.measured is not None:
+        render_measure(est.measured, out, None if target.where == "this machine" else fc.device["name"])
+    if est.compare_rows is not None:
+        render_compare(est.compare_rows, est.compare_kind, out)
