@@ -3,12 +3,19 @@ the batch `train --batch-size auto` would run), and what `bench loader` measures
 the batch to measure). All I/O; the benches' measuring is in their own modules."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fasttrain.core.errors import Problem, UserError
 
+if TYPE_CHECKING:
+    from fasttrain.datasets.bundle import DataBundle
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import Plan
+    from fasttrain.profiles.schema import OptimSpec, Profile
 
-def setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
+
+def setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[HardwareReport, Profile, str]:
     """(HardwareReport, resolved Profile, profile ref) for this machine."""
     from fasttrain.profiles import presets
     from fasttrain.hardware.machine import probe
@@ -25,8 +32,8 @@ def setup(profile: str | None, sets: list[str] | None, image_size: int | None) -
     return report, resolved.profile, profile
 
 
-def batch_option(value: str | None, plan: Any, model: str, image_size: int, num_classes: int, optim: Any,
-                 say: Any) -> tuple[int | None, str | None]:
+def batch_option(value: str | None, plan: Plan, model: str, image_size: int, num_classes: int, optim: OptimSpec,
+                 say: Callable[[str], None]) -> tuple[int | None, str | None]:
     """--batch-size: None (profile's), a number, or auto -> (batch, message). auto gives the batch `train
     --batch-size auto` would run: the largest that fits, capped at the profile's samples per optimizer step."""
     if value is None:
@@ -43,8 +50,8 @@ def batch_option(value: str | None, plan: Any, model: str, image_size: int, num_
     return auto.batch, auto.message
 
 
-def loader_inputs(data: str, report: Any, prof: Any, batch_size: str | None, train_model: str | None,
-                  say: Any) -> tuple[Any, Any, str | None]:
+def loader_inputs(data: str, report: HardwareReport, prof: Profile, batch_size: str | None, train_model: str | None,
+                  say: Callable[[str], None]) -> tuple[DataBundle, Plan, str | None]:
     """(dataset bundle, plan with the batch to measure, --batch-size auto message) for `bench loader`."""
     if data == "synthetic":
         raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",

@@ -20,13 +20,18 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.bench.loader_choice import find_knee, keeps_up, profile_yaml, recommend, summary
 from fasttrain.bench.loader_sweep import Point, Setting, combine_rounds, sweep_settings, worker_counts
 from fasttrain.bench.ram import RamSampler, pss_of
 from fasttrain.bench.rounds import rotated
 from fasttrain.core.format import fmt_bytes
+
+if TYPE_CHECKING:
+    from fasttrain.datasets.bundle import DataBundle
+    from fasttrain.plan import Plan
+    from fasttrain.profiles.schema import Profile
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class LoaderBench:
     why: str
 
 
-def bench_loader(bundle: Any, plan: Any, prof: Any, cores: int, opts: LoaderOptions, *, profile: str,
+def bench_loader(bundle: DataBundle, plan: Plan, prof: Profile, cores: int, opts: LoaderOptions, *, profile: str,
                  batch_message: str | None, progress: Callable[[str], None]) -> LoaderBench:
     """Sweep the settings in interleaved rounds, choose, check the choice keeps up with the model, and (opts.paths)
     compare the input paths with the chosen worker count."""
@@ -84,8 +89,8 @@ def bench_loader(bundle: Any, plan: Any, prof: Any, cores: int, opts: LoaderOpti
     return LoaderBench(result, points, knee, choice, why)
 
 
-def training_rate_to_match(prof: Any, plan: Any, train_model: str | None, bundle: Any,
-                           say: Any) -> tuple[float | None, str]:
+def training_rate_to_match(prof: Profile, plan: Plan, train_model: str | None, bundle: DataBundle,
+                           say: Callable[[str], None]) -> tuple[float | None, str]:
     """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
     profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
     train_rate, source = None, "measured here"
@@ -102,7 +107,8 @@ def training_rate_to_match(prof: Any, plan: Any, train_model: str | None, bundle
     return train_rate, source
 
 
-def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:
+def forecast_rate(profile: Profile, model_name: str, *, num_classes: int,
+                  dataset_size: int) -> tuple[float, str] | None:
     """estimate's forecast of training images/s on the GPU the profile names, for when this machine has no GPU
     (the loader measured here must keep up with *that* GPU). None when estimate cannot forecast it."""
     if not profile.hardware.gpu:
@@ -120,7 +126,7 @@ def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_si
     return float(rate), f"estimate's forecast for {fc.device.get('name') or profile.hardware.gpu}"
 
 
-def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, max_seconds: float,
+def measure_setting(bundle: DataBundle, plan: Plan, setting: Setting, *, batches: int, max_seconds: float,
                     seed: int = 0) -> dict[str, Any]:
     """Start a fresh train loader with this setting, wait for the first batch (start-up), then time up to
     `batches` more (or `max_seconds`). Non-persistent workers: each setting starts and stops its own."""
@@ -154,7 +160,7 @@ def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, m
             "batches": timed}
 
 
-def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batches: int, max_seconds: float,
+def sweep(bundle: DataBundle, plan: Plan, settings: list[Setting], *, rounds: int, batches: int, max_seconds: float,
           progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Every setting once per round; the order rotates each round."""
     samples = []
@@ -169,7 +175,7 @@ def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batch
     return samples
 
 
-def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
+def training_rate(plan: Plan, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
                   warmup_steps: int = 1) -> float:
     """Images/s the model trains at on inputs already on the device (the same step code as `train`)."""
     from fasttrain.models.registry import create_model

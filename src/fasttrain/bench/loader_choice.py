@@ -3,10 +3,13 @@ the RAM budget, whether it keeps up with the model, the result dict, and the rec
 Pure: tested on recorded sweeps."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.bench.loader_sweep import Point, Setting
 from fasttrain.core.format import fmt_bytes
+
+if TYPE_CHECKING:
+    from fasttrain.plan import Plan
 
 # The knee: the smallest worker count whose rate reaches this share of the best. Beyond it, each extra worker
 # adds < 5% for another process's worth of RAM and CPU taken from the training process.
@@ -80,8 +83,8 @@ def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool,
     return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "source": source, "message": msg}
 
 
-def summary(points: list[Point], samples: list[dict[str, Any]], plan: Any, choice: Point, why: str, knee: Point,
-            training: dict[str, Any], **context: Any) -> dict[str, Any]:
+def summary(points: list[Point], samples: list[dict[str, Any]], plan: Plan, choice: Point, why: str, knee: Point,
+            training: dict[str, Any], **context: str | int | None) -> dict[str, Any]:
     """The `bench loader` result: every point and round, the knee, the recommendation and its reason, the best
     setting, the gain over loading in the main process, and whether it feeds the model. `context` (data, profile,
     cores, rounds, batches, model, batch_message) is recorded as given."""

@@ -5,21 +5,33 @@ the baseline the other paths are compared with."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+    from torch import Tensor
+
+    from fasttrain.datasets.bundle import BadSample
+    from fasttrain.datasets.fast_decode import EncodedImages
+    from fasttrain.datasets.gpu_decode import GpuDecoder
+
+    # what a loader over these datasets yields: (uint8 images, or file bytes for GPU decode), targets, bad files
+    Batch = tuple[Tensor | list[Tensor], Tensor, list[tuple[str, str]]]
 
 
 class TorchvisionFolder:
     """What torchvision.datasets.ImageFolder does per item (pil_loader, then the transform) over given samples:
     ImageFolder itself would rescan the whole tree to build the same list."""
 
-    def __init__(self, samples: list[tuple[str, int]], transform: Any):
+    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image], Tensor]):
         self.samples = samples
         self.transform = transform
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, key: tuple[int, int]) -> Any:
+    def __getitem__(self, key: tuple[int, int]) -> tuple[Tensor, int] | BadSample:
         from torchvision.datasets.folder import pil_loader
 
         from fasttrain.datasets.bundle import BadSample
@@ -49,8 +61,8 @@ def cpu_seconds() -> float:
     return total
 
 
-def measure_path(name: str, dataset: Any, *, batch_size: int, workers: int, images: int, max_seconds: float,
-                 gpu: Any = None) -> dict[str, Any]:
+def measure_path(name: str, dataset: TorchvisionFolder | EncodedImages, *, batch_size: int, workers: int,
+                 images: int, max_seconds: float, gpu: GpuDecoder | None = None) -> dict[str, Any]:
     """One timed pass: images/s (wall, after the first batch) and images per CPU-second (whole pass)."""
     import torch
     from torch.utils.data import DataLoader
@@ -85,12 +97,12 @@ def measure_path(name: str, dataset: Any, *, batch_size: int, workers: int, imag
             "wall_s": elapsed, "workers": workers, "ram_bytes": max(0, pss - idle_pss), "rss_bytes": ram.peak_rss}
 
 
-def _timed(it: Any, gpu: Any, max_seconds: float, images: int) -> tuple[int, float, float]:
+def _timed(it: Iterator[Batch], gpu: GpuDecoder | None, max_seconds: float, images: int) -> tuple[int, float, float]:
     """Consume the loader; the first batch is start-up (worker fork, imports) and outside both the wall clock and
     the CPU count: -> (images after the first batch, CPU seconds then, time then)."""
     from fasttrain.datasets.fast_decode import normalise_batch
 
-    def use(batch: Any) -> int:
+    def use(batch: Batch) -> int:
         data, targets, _bad = batch
         if gpu is not None:
             out = gpu(data, None)

@@ -19,11 +19,19 @@ recommendation bench/path_summary.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.bench.path_summary import BASELINE, LABELS, combine, recommend_path
 from fasttrain.bench.path_timing import TorchvisionFolder, measure_path
 from fasttrain.bench.rounds import rotated
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+
+    from fasttrain.datasets.bundle import DataBundle
+    from fasttrain.profiles.schema import AugmentSpec
 
 # Each timed pass runs until --max-seconds or this many passes over the sample: a fast path finishing one pass in
 # a fraction of a second would otherwise be timed over a few clock ticks of CPU time (10 ms each).
@@ -51,9 +59,9 @@ def even_sample(samples: list[tuple[str, int]], n: int) -> list[tuple[str, int]]
     return samples[::step][:n]
 
 
-def prepare_sample(source: str, classes: list[str], sample: list[tuple[str, int]], dst: Any,
-                   image_size: int) -> Any:
-    """Prepare the sample's files as shards in `dst` (all of it as training data) -> the ShardImages."""
+def prepare_sample(source: str, classes: list[str], sample: list[tuple[str, int]], dst: Path,
+                   image_size: int) -> Path:
+    """Prepare the sample's files as shards in `dst` (all of it as training data) -> the prepared set's folder."""
     from pathlib import Path
 
     from fasttrain.datasets.prepare import run_plan
@@ -65,9 +73,9 @@ def prepare_sample(source: str, classes: list[str], sample: list[tuple[str, int]
     return Path(dst)
 
 
-def path_runners(*, sample: list[tuple[str, int]] | None, shards: Any, augment: Any, image_size: int,
+def path_runners(*, sample: list[tuple[str, int]] | None, shards: Path | None, augment: AugmentSpec, image_size: int,
                  batch_size: int, workers: int, images: int, max_seconds: float,
-                 gpu_device: Any) -> dict[str, Callable[[], dict[str, Any]]]:
+                 gpu_device: torch.device | None) -> dict[str, Callable[[], dict[str, Any]]]:
     """name -> a function measuring that path once (datasets are built once, here)."""
     from functools import partial
 
@@ -76,7 +84,7 @@ def path_runners(*, sample: list[tuple[str, int]] | None, shards: Any, augment: 
     from fasttrain.datasets.transforms import train_transform
 
     transform = train_transform(augment, image_size)
-    common = dict(batch_size=batch_size, workers=workers, images=images, max_seconds=max_seconds)
+    common: dict[str, Any] = dict(batch_size=batch_size, workers=workers, images=images, max_seconds=max_seconds)
     runners: dict[str, Callable[[], dict[str, Any]]] = {}
     if sample:
         runners[BASELINE] = partial(measure_path, BASELINE, TorchvisionFolder(sample, transform), **common)
@@ -93,8 +101,9 @@ def path_runners(*, sample: list[tuple[str, int]] | None, shards: Any, augment: 
     return runners
 
 
-def compare_paths(bundle: Any, data: str, *, augment: Any, image_size: int, batch_size: int, workers: int,
-                  images: int, rounds: int, max_seconds: float, train_rate: float | None, shards: Any = None,
+def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_size: int, batch_size: int,
+                  workers: int, images: int, rounds: int, max_seconds: float, train_rate: float | None,
+                  shards: Path | None = None,
                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """gather + measure + summarise: {paths: [...], recommendation, sample_images, not_measured: [...]}."""
     import tempfile
@@ -134,7 +143,7 @@ def compare_paths(bundle: Any, data: str, *, augment: Any, image_size: int, batc
             "sample_images": len(sample) if sample else None, "workers": workers}
 
 
-def _source_samples(bundle: Any, data: str) -> tuple[str, list[str], list[tuple[str, int]]]:
+def _source_samples(bundle: DataBundle, data: str) -> tuple[str, list[str], list[tuple[str, int]]]:
     """(source folder, classes, training (path, class) pairs) behind the bundle; for a prepared set its recorded
     source when that folder is still here, else no samples."""
     from pathlib import Path

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psutil
 
 RAM_SAMPLE_S = 0.1
 
@@ -22,7 +25,7 @@ class RamSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _procs(self) -> list[Any]:
+    def _procs(self) -> list[psutil.Process]:
         try:
             return [self.proc, *self.proc.children(recursive=True)]
         except Exception:  # noqa: BLE001 - the process table changes while workers start and stop
@@ -55,7 +58,7 @@ class RamSampler:
         self._thread.join()
 
 
-def pss_of(proc: Any) -> int:
+def pss_of(proc: psutil.Process) -> int:
     """Proportional set size in bytes (shared pages split between the processes mapping them); RSS where the
     kernel has no smaps_rollup."""
     try:

@@ -14,12 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.bench.claims import load_claims
 from fasttrain.bench.rounds import rotated
 from fasttrain.bench.speedup_summary import product_of_singles, speedup_rows, summarize
 from fasttrain.bench.variants import ALL, BASELINE, LABELS, Skipped, Variant, combined, plan_variants
+
+if TYPE_CHECKING:
+    import logging
+
+    from torch import nn
+
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.profiles.schema import OptimSpec, Profile
 
 # torch.compile's C++ toolchain (torch.utils.cpp_extension, imported by inductor) logs "No CUDA runtime is found,
 # using CUDA_HOME=..." on a machine with a CUDA toolkit but no usable GPU: noise in the bench output, which
@@ -27,7 +35,7 @@ from fasttrain.bench.variants import ALL, BASELINE, LABELS, Skipped, Variant, co
 CUDA_HOME_LOGGER = "torch.utils.cpp_extension"
 
 
-def _drop_cuda_home_warning(record: Any) -> bool:
+def _drop_cuda_home_warning(record: logging.LogRecord) -> bool:
     return not str(getattr(record, "msg", "")).startswith("No CUDA runtime is found")
 
 
@@ -50,8 +58,8 @@ class Candidate:
     warnings: list[str] = field(default_factory=list)
 
 
-def build_candidate(variant: Variant, model_factory: Callable[[], Any], *, image_size: int, num_classes: int,
-                    optim: Any, warmup_steps: int) -> Candidate | Skipped:
+def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *, image_size: int, num_classes: int,
+                    optim: OptimSpec, warmup_steps: int) -> Candidate | Skipped:
     """A Trainer for this configuration, warmed up (compilation, autotuning, allocator growth happen here).
     Anything that fails to run is a skipped row with the reason, never a crash of the whole bench."""
     silence_cuda_home_warning()
@@ -126,7 +134,8 @@ def measure(candidates: list[Candidate], *, steps: int, rounds: int,
     return results
 
 
-def bench_speedups(profile: Any, report: Any, model_factory: Callable[[], Any], *, image_size: int, num_classes: int,
+def bench_speedups(profile: Profile, report: HardwareReport, model_factory: Callable[[], nn.Module], *,
+                   image_size: int, num_classes: int,
                    batch: int | None = None, steps: int = 3, rounds: int = 3, warmup_steps: int = 2,
                    only: list[str] | None = None, with_all: bool = True,
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import Plan
+    from fasttrain.profiles.schema import Profile
 
 # The aggressive A10G note's "Larger batch (384 vs 256) 1.5x": the same factor, so the claim compares.
 LARGER_BATCH_FACTOR = 1.5
@@ -32,7 +37,7 @@ LABELS = {BASELINE: "fp32 baseline", ALL: "all together", **dict(SETTINGS)}
 @dataclass
 class Variant:
     name: str
-    plan: Any                   # fasttrain.plan.Plan
+    plan: Plan
     note: str = ""
 
 
@@ -42,7 +47,7 @@ class Skipped:
     reason: str
 
 
-def baseline_plan(plan: Any, batch: int | None = None) -> Any:
+def baseline_plan(plan: Plan, batch: int | None = None) -> Plan:
     """fp32, eager, contiguous, no TF32/autotuning, foreach optimizer, every step an optimizer step."""
     b = batch or plan.batch_size
     return dataclasses.replace(
@@ -51,7 +56,7 @@ def baseline_plan(plan: Any, batch: int | None = None) -> Any:
         accumulation_steps=1, effective_batch=b * plan.world_size)
 
 
-def _asked(profile: Any, report: Any, **speed: Any) -> Any:
+def _asked(profile: Profile, report: HardwareReport, **speed: Any) -> Plan:
     """The Plan for `profile` with these speed keys switched on: it says what really runs here and why not."""
     from fasttrain.plan import make_plan
     from fasttrain.profiles.schema import Profile
@@ -61,7 +66,7 @@ def _asked(profile: Any, report: Any, **speed: Any) -> Any:
     return make_plan(Profile.model_validate(data), report)
 
 
-def plan_variants(profile: Any, report: Any, *, batch: int | None = None,
+def plan_variants(profile: Profile, report: HardwareReport, *, batch: int | None = None,
                   only: list[str] | None = None) -> tuple[Variant, list[Variant], list[Skipped]]:
     """-> (baseline, one variant per setting that can run here, skipped settings with the reason)."""
     base = baseline_plan(_asked(profile, report), batch)

@@ -9,8 +9,9 @@ commands only: cli.py imports this module for --help.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
-def _say() -> Any:
+def _say() -> Callable[[str], None]:
     """Progress lines on stderr (stdout stays clean for --json)."""
     def say(text: str) -> None:
         print(f"  {text}", file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.cache_dir import default_cache_dir
@@ -27,6 +27,9 @@ from fasttrain.datasets.fast_decode import DECODE_ERRORS
 from fasttrain.datasets.pixel_cache import CACHE_SUBDIR, cache_key, load_pixels
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import AugmentSpec, Profile
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 MAX_SIDE_OVER_CROP = 4  # images more than 4x the crop side waste RAM on pixels every crop throws away
 HEADER_SAMPLE = 256     # headers read before projecting the whole set's size, so a huge set is refused quickly
@@ -88,7 +91,7 @@ def fit_reason(images: int, max_h: int, max_w: int, image_size: int, budget: int
     return None
 
 
-def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> tuple[Any, dict[int, str]] | str:
+def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> tuple[Tensor, dict[int, str]] | str:
     """(int tensor (N, 2) of (height, width), {index: reason} for files whose header cannot be read) from the
     files' headers, or the reason the set does not fit. The padded size only grows with more headers, so once
     the first HEADER_SAMPLE already put the set over the budget the answer is known and the rest are not read."""

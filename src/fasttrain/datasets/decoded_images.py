@@ -4,11 +4,15 @@ each image (in threads), augmented a whole batch at a time (datasets/batch_augme
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fasttrain.datasets.fast_decode import DECODE_ERRORS, decode
 from fasttrain.datasets.pixel_cache import save_pixels
 from fasttrain.profiles.schema import AugmentSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor
 
 
 class DecodedImages:
@@ -17,9 +21,9 @@ class DecodedImages:
     `augment` None: the validation transform. `batch(indices, keys)` -> (float images or None, targets,
     [(path, reason)] of files that could not be decoded), as the per-image path's collate function returns."""
 
-    def __init__(self, samples: list[tuple[str, int]], sizes: Any, bad: dict[int, str], image_size: int,
+    def __init__(self, samples: list[tuple[str, int]], sizes: Tensor, bad: dict[int, str], image_size: int,
                  augment: AugmentSpec | None, cache_file: Path | None = None, threads: int = 1,
-                 pixels: Any | None = None):
+                 pixels: Tensor | None = None):
         """`pixels`: a saved set (load_pixels), every image already decoded; None: decode on first use."""
         import torch
 
@@ -46,7 +50,7 @@ class DecodedImages:
     def nbytes(self) -> int:
         return self.pixels.numel()
 
-    def batch(self, indices: list[int], keys: Any) -> tuple[Any, Any, list[tuple[str, str]]]:
+    def batch(self, indices: list[int], keys: np.ndarray) -> tuple[Tensor | None, Tensor, list[tuple[str, str]]]:
         """`keys`: batch_augment.sample_keys of `indices` (the images' random draws); unused for validation."""
         import torch
 
@@ -98,7 +102,7 @@ class DecodedImages:
                 self._store(i, tensor, h, w)
         self.ready[i] = True
 
-    def _store(self, i: int, tensor: Any, h: int, w: int) -> None:
+    def _store(self, i: int, tensor: Tensor, h: int, w: int) -> None:
         """The image at the top-left of its padded slot, with its last row and column repeated once into the
         padding, so bilinear samples at the image's edge read the edge (as interpolation at a border does)."""
         slot = self.pixels[i]

@@ -10,7 +10,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 CACHE_VERSION = 1       # bump when the stored layout changes: it is part of the key
 CACHE_SUBDIR = "decoded"
@@ -28,7 +31,7 @@ def cache_key(samples: list[tuple[str, int]]) -> str | None:
     return digest.hexdigest()[:24]
 
 
-def save_pixels(path: Path, pixels: Any, sizes: Any, bad: dict[int, str]) -> bool:
+def save_pixels(path: Path, pixels: Tensor, sizes: Tensor, bad: dict[int, str]) -> bool:
     """Write the decoded set atomically (a temporary file renamed into place) -> whether it was written. Any
     OSError (full disk, read-only cache) leaves no file behind and only costs the next run its decoding."""
     import tempfile
@@ -50,7 +53,7 @@ def save_pixels(path: Path, pixels: Any, sizes: Any, bad: dict[int, str]) -> boo
         return False
 
 
-def load_pixels(path: Path, count: int) -> tuple[Any, Any, dict[int, str]] | None:
+def load_pixels(path: Path, count: int) -> tuple[Tensor, Tensor, dict[int, str]] | None:
     """(pixels, sizes, bad) from a saved set of `count` images; None when there is none or it is unreadable."""
     import zipfile
 

@@ -26,13 +26,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.files import write_text_atomic
 from fasttrain.datasets.prepare_plan import (SPLIT_SEED, STATE_DIR, VAL_FRACTION, Job, PreparePlan, check_destination,
                                             make_plan)
 from fasttrain.datasets.shard_writer import init_worker, write_shard
 from fasttrain.datasets.shards import FORMAT, MANIFEST, manifest_checksum
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 @dataclass
@@ -129,7 +132,7 @@ def _install_sigterm() -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt("SIGTERM")
     return signal.signal(signal.SIGTERM, on_term)
 

@@ -11,18 +11,21 @@ import math
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.files import write_text_atomic
 from fasttrain.datasets.prepare_plan import JPEG_QUALITY, STATE_DIR, Job
 
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
 SHARD_MTIME = 946684800.0            # 2000-01-01T00:00:00Z on every tar member (reproducible shards)
 PROGRESS_EVERY = 16                 # images between a worker's progress reports
 
-_progress_queue: Any = None
+_progress_queue: Queue[int] | None = None
 
 
-def init_worker(q: Any) -> None:
+def init_worker(q: Queue[int]) -> None:
     """Pool initializer: progress goes to `q`; the parent alone decides on SIGINT, SIGTERM ends the worker."""
     global _progress_queue
     _progress_queue = q

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.estimate import calibration
@@ -19,6 +19,10 @@ from fasttrain.estimate.prices import priced_for
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+
+if TYPE_CHECKING:
+    from fasttrain.estimate.cost import ModelCost
+    from fasttrain.profiles.presets import Resolved
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
 
@@ -42,7 +46,7 @@ class Request:
     world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
 
 
-def resolve_profile(ref: str, req: Request) -> Any:
+def resolve_profile(ref: str, req: Request) -> Resolved:
     from fasttrain.profiles import presets
     flags: dict[str, tuple[str, Any]] = {}
     if req.image_size_flag is not None:
@@ -54,7 +58,7 @@ def resolve_profile(ref: str, req: Request) -> Any:
     return presets.resolve(ref, sets=req.sets, env=os.environ, flags=flags, what_if=True)
 
 
-def host_warning(resolved: Any) -> HostWarning | None:
+def host_warning(resolved: Resolved) -> HostWarning | None:
     """The over-budget loader RAM a what-if resolution let through (profiles/rules.py), as the forecast's
     bottleneck; None when the plan's loader RAM fits."""
     from fasttrain.profiles.rules import HOST_RAM_WHAT_IF
@@ -64,7 +68,7 @@ def host_warning(resolved: Any) -> HostWarning | None:
     return None
 
 
-def plain_notes(resolved: Any) -> list[str]:
+def plain_notes(resolved: Resolved) -> list[str]:
     """The profile's notes to print, less the host-RAM what-if (the bottleneck line says it, with its fix)."""
     from fasttrain.profiles.rules import HOST_RAM_WHAT_IF
     return [n.line() for n in resolved.notes if n.severity != HOST_RAM_WHAT_IF]
@@ -142,10 +146,10 @@ def cpu_dtype(plan: Plan) -> str:
     return "bfloat16" if plan.precision == "bf16-mixed" else "float32"
 
 
-_COSTS: dict[tuple, Any] = {}
+_COSTS: dict[tuple[str, int, int, str], ModelCost] = {}
 
 
-def model_cost(model: str, image_size: int, num_classes: int, precision: str) -> Any:
+def model_cost(model: str, image_size: int, num_classes: int, precision: str) -> ModelCost:
     """cost.model_cost, remembered per process: --compare prices many plans of one model."""
     from fasttrain.estimate import cost
     key = (model, image_size, num_classes, precision)

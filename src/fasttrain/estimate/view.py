@@ -7,6 +7,8 @@ from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration, plural
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from fasttrain.estimate.result import Estimate
 
 
@@ -34,7 +36,7 @@ def _feed_words(ld: dict[str, Any]) -> str:
     return "keeps up" if ld["keeps_up"] else f"needs {plural(ld['workers_needed'], 'worker')}"
 
 
-def render_forecast(fc: Forecast, out: Any, header: str) -> None:
+def render_forecast(fc: Forecast, out: Console, header: str) -> None:
     m, s, sp, sch = fc.model, fc.schedule, fc.speed, fc.schedule
     out.print(header)
     t = _table("model cost (meta device, per sample)")
@@ -143,7 +145,7 @@ def _price(per_hour: float | None) -> str:
     return "unknown $/h" if per_hour is None else f"${per_hour:,.2f}/h"
 
 
-def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
+def render_compare(rows: list[dict[str, Any]], kind: str, out: Console) -> None:
     from rich.table import Table
     table = Table(title=f"the same model on every {'preset' if kind == 'presets' else 'GPU in the spec file'}, "
                         "fastest first", title_justify="left")
@@ -173,7 +175,7 @@ def measure_titles(result: dict[str, Any], forecast_device: str | None) -> tuple
     return apart, title, f"forecast ({here})"
 
 
-def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None = None) -> None:
+def render_measure(result: dict[str, Any], out: Console, forecast_device: str | None = None) -> None:
     from rich.table import Table
     apart, title, column = measure_titles(result, forecast_device)
     if apart:
@@ -191,7 +193,7 @@ def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None
     out.print(result["note"])
 
 
-def render_estimate(est: Estimate, model: str, out: Any) -> None:
+def render_estimate(est: Estimate, model: str, out: Console) -> None:
     """`estimate`: the forecast under a title naming the model, profile, device and data; the notes; then the
     --measure comparison and the --compare table when asked."""
     fc, target = est.forecast, est.target

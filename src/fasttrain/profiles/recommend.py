@@ -91,7 +91,7 @@ class Recommendation:
     changes: dict[str, Any] = field(default_factory=dict)  # only the keys whose value differs from the preset
     notes: list[str] = field(default_factory=list)
 
-    def set(self, key: str, value: Any, reason: str) -> None:
+    def set(self, key: str, value: bool | int | float | str | None, reason: str) -> None:
         self.settings[key] = value
         self.reasons[key] = reason
 

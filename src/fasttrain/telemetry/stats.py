@@ -29,7 +29,7 @@ def window_rates(n: int, span: float, sum_images: int, oldest_images: int,
 
 def epoch_totals(batches: int, images: int, wall_s: float, data_wait_s: float, h2d_s: float, compute_s: float, *,
                  train_loss: float | None, skipped_steps: int, gpu_util_mean_pct: float | None,
-                 gpu_power_mean_w: float | None, gpu_mem_peak_bytes: Any) -> dict[str, Any]:
+                 gpu_power_mean_w: float | None, gpu_mem_peak_bytes: int | None) -> dict[str, Any]:
     """One epoch's totals: batches, images, wall time, images/s, time split, mean loss, GPU means and peak."""
     return {
         "batches": batches,
