@@ -49,10 +49,11 @@ def make_jpegs(root: Path, sizes: list[tuple[int, int]], per_class: int) -> Path
 
 
 def datasets(src: Path, work: Path, size: int) -> dict[str, object]:
-    from fasttrain.bench.paths import TorchvisionFolder
+    from fasttrain.bench.path_timing import TorchvisionFolder
     from fasttrain.datasets.fast_decode import FastImageFiles
     from fasttrain.datasets.image_folder import scan_tree
-    from fasttrain.datasets.prepare import plan_from_splits, run_plan
+    from fasttrain.datasets.prepare import run_plan
+    from fasttrain.datasets.prepare_plan import plan_from_splits
     from fasttrain.datasets.shards import ShardImages, load_manifest
     from fasttrain.datasets.transforms import train_transform
     from fasttrain.profiles.schema import AugmentSpec

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from fasttrain.bench import claims as bcl
+from fasttrain.bench import speedup_summary as bsu
+from fasttrain.bench import variants as bva
 from fasttrain.bench import speedups as bsp
 from fasttrain.profiles.schema import LoaderSpec, Profile
 from fasttrain.hardware.report import HardwareReport
@@ -27,7 +30,7 @@ def names(items: list) -> list[str]:
 
 
 def test_cpu_skips_cuda_only_settings_with_the_plans_reasons() -> None:
-    base, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"))
+    base, variants, skipped = bva.plan_variants(profile(), report("cpu_only"))
     reasons = {s.name: s.reason for s in skipped}
     assert set(reasons) == {"fp16", "tf32", "cudnn_benchmark"}
     assert "GradScaler" in reasons["fp16"] and "CPU" in reasons["fp16"]
@@ -48,32 +51,32 @@ def test_cpu_skips_cuda_only_settings_with_the_plans_reasons() -> None:
 def test_compile_is_skipped_when_the_probe_says_it_cannot_work() -> None:
     rep = report("cpu_only")
     rep.torch.compile_ok, rep.torch.compile_reason = False, "no C compiler for inductor"
-    _, variants, skipped = bsp.plan_variants(profile(), rep)
+    _, variants, skipped = bva.plan_variants(profile(), rep)
     assert "compile" not in names(variants)
     assert any(s.name == "compile" and "no C compiler" in s.reason for s in skipped)
 
 
 def test_gpu_reports_run_the_gpu_settings() -> None:
-    _, variants, skipped = bsp.plan_variants(profile(), report("a10g"))
+    _, variants, skipped = bva.plan_variants(profile(), report("a10g"))
     assert {"fp16", "bf16", "tf32", "cudnn_benchmark", "compile"} <= set(names(variants)) and not skipped
-    _, variants, skipped = bsp.plan_variants(profile(), report("t4_kaggle"))
+    _, variants, skipped = bva.plan_variants(profile(), report("t4_kaggle"))
     reasons = {s.name: s.reason for s in skipped}
     assert "bf16" in reasons and "Tesla T4" in reasons["bf16"]  # no bf16 on a T4: the plan's fp16 fallback
     assert "tf32" in reasons and "fp16" in names(variants)
 
 
 def test_all_together_uses_fp16_when_it_ran_else_bf16() -> None:
-    base, variants, _ = bsp.plan_variants(profile(), report("a10g"))
-    both = bsp.combined(base, variants)
+    base, variants, _ = bva.plan_variants(profile(), report("a10g"))
+    both = bva.combined(base, variants)
     assert both.plan.precision == "fp16-mixed" and both.plan.tf32 and both.plan.channels_last
     assert both.plan.compile and both.plan.fused_optimizer and both.plan.batch_size == 12
-    cpu_base, cpu_variants, _ = bsp.plan_variants(profile(), report("cpu_only"))
-    assert bsp.combined(cpu_base, cpu_variants).plan.precision == "bf16-mixed"
-    assert bsp.combined(cpu_base, []) is None
+    cpu_base, cpu_variants, _ = bva.plan_variants(profile(), report("cpu_only"))
+    assert bva.combined(cpu_base, cpu_variants).plan.precision == "bf16-mixed"
+    assert bva.combined(cpu_base, []) is None
 
 
 def test_only_restricts_the_settings() -> None:
-    _, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"), only=["channels_last", "tf32"])
+    _, variants, skipped = bva.plan_variants(profile(), report("cpu_only"), only=["channels_last", "tf32"])
     assert names(variants) == ["channels_last"] and names(skipped) == ["tf32"]
 
 
@@ -85,7 +88,7 @@ ROUNDS = [  # recorded images/s, one dict per interleaved round
 
 
 def test_speedup_is_the_median_of_per_round_ratios() -> None:
-    s = bsp.summarize(ROUNDS)
+    s = bsu.summarize(ROUNDS)
     assert s["baseline"]["speedup"] == 1.0
     assert s["channels_last"]["speedup"] == pytest.approx(1.1)          # ratios 0.9, 1.2, 1.1
     assert (s["channels_last"]["speedup_low"], s["channels_last"]["speedup_high"]) == pytest.approx((0.9, 1.2))
@@ -94,9 +97,9 @@ def test_speedup_is_the_median_of_per_round_ratios() -> None:
 
 
 def test_table_rows_carry_claims_verdicts_and_skip_reasons() -> None:
-    base, variants, skipped = bsp.plan_variants(profile(), report("cpu_only"), only=["channels_last", "bf16", "fp16"])
-    rows = bsp.speedup_rows(bsp.summarize(ROUNDS), variants, skipped, bsp.load_claims(),
-                            bsp.combined(base, variants))
+    base, variants, skipped = bva.plan_variants(profile(), report("cpu_only"), only=["channels_last", "bf16", "fp16"])
+    rows = bsu.speedup_rows(bsu.summarize(ROUNDS), variants, skipped, bcl.load_claims(),
+                            bva.combined(base, variants))
     by = {r["setting"]: r for r in rows}
     assert [r["setting"] for r in rows] == ["baseline", "fp16", "bf16", "channels_last", "all"]
     assert by["fp16"]["status"] == "skipped" and "GradScaler" in by["fp16"]["reason"]
@@ -105,11 +108,11 @@ def test_table_rows_carry_claims_verdicts_and_skip_reasons() -> None:
         "unclear: rounds disagree (0.90-1.20x)")
     assert by["bf16"]["verdict"] == "slower here" and by["bf16"]["claimed"] == "no figure in the notes"
     assert by["all"]["claimed_speedup"] == 3.8 and by["all"]["note"] == "bf16 + channels_last"
-    assert bsp.product_of_singles(rows) == pytest.approx(1.1 * 0.51)
+    assert bsu.product_of_singles(rows) == pytest.approx(1.1 * 0.51)
 
 
 def test_claims_file_cites_a_note_for_every_figure() -> None:
-    claims = bsp.load_claims()
+    claims = bcl.load_claims()
     with (Path(__file__).parent / "fixtures" / "reference" / "field_notes.csv").open(encoding="utf-8") as fh:
         notes = {r["note"] for r in csv.DictReader(fh)}  # the five notes by short name (docs/field-notes.md)
     for row in claims:
@@ -123,13 +126,13 @@ def test_claims_file_cites_a_note_for_every_figure() -> None:
 
 
 def test_verdict_words() -> None:
-    assert bsp.verdict(1.01, 1.2) == "no gain here"
-    assert bsp.verdict(0.8, 1.2) == "slower here"
-    assert bsp.verdict(1.3, 1.2) == "as claimed or better"
-    assert bsp.verdict(1.1, None) == "faster"
-    assert bsp.verdict(1.1, 1.15, 1.05, 1.2) == "96% of the claim"  # every round faster: the median stands
-    assert bsp.verdict(0.8, 1.2, 0.7, 1.1) == "unclear: rounds disagree (0.70-1.10x)"
-    assert bsp.verdict(1.01, 1.2, 0.7, 1.3) == "no gain here"
+    assert bsu.verdict(1.01, 1.2) == "no gain here"
+    assert bsu.verdict(0.8, 1.2) == "slower here"
+    assert bsu.verdict(1.3, 1.2) == "as claimed or better"
+    assert bsu.verdict(1.1, None) == "faster"
+    assert bsu.verdict(1.1, 1.15, 1.05, 1.2) == "96% of the claim"  # every round faster: the median stands
+    assert bsu.verdict(0.8, 1.2, 0.7, 1.1) == "unclear: rounds disagree (0.70-1.10x)"
+    assert bsu.verdict(1.01, 1.2, 0.7, 1.3) == "no gain here"
 
 
 def test_a_real_run_on_the_cpu_measures_and_skips() -> None:

@@ -92,11 +92,11 @@ def test_an_image_size_the_model_cannot_take_exits_2(cli, tmp_path, monkeypatch)
 
 
 def test_compare_presets_one_sorted_row_each(cli) -> None:
-    from fasttrain.profiles import presets
+    from fasttrain.profiles.files import preset_names
     d = _json(cli("estimate", "--profile", "kaggle-t4", *TINY, "--compare", "--json"))
     rows = d["compare"]["rows"]
     assert d["compare"]["kind"] == "presets"
-    assert sorted(r["name"] for r in rows) == presets.preset_names()
+    assert sorted(r["name"] for r in rows) == preset_names()
     known = [r["total_s"] for r in rows if r["total_s"] is not None]
     assert known == sorted(known) and len(known) >= 2
     assert all(r["total_s"] is None for r in rows[len(known):])     # unknown peaks sort last, not guessed

@@ -55,7 +55,8 @@ def test_shards_round_trip_labels_class_order_and_split(cli, tmp_path: Path) -> 
 
 
 def test_rerun_resumes_and_a_different_set_is_refused(cli, tmp_path: Path) -> None:
-    from fasttrain.datasets.prepare import STATE_DIR, make_plan, prepare
+    from fasttrain.datasets.prepare import prepare
+    from fasttrain.datasets.prepare_plan import STATE_DIR, make_plan
 
     src = write_jpegs(tmp_path / "src", {"a": 6, "b": 6})
     dst = tmp_path / "dst"

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from fasttrain.datasets import batch_augment as ba
-from fasttrain.datasets.decoded import (DecodeBudget, DecodedImages, decode_splits, fit_reason, load_pixels,
-                                        save_pixels, unbatched_augment)
+from fasttrain.datasets.decoded import DecodeBudget, decode_splits, fit_reason, unbatched_augment
+from fasttrain.datasets.decoded_images import DecodedImages
+from fasttrain.datasets.pixel_cache import load_pixels, save_pixels
 from fasttrain.profiles.schema import AugmentSpec
 from image_tree import write_corrupt, write_tree
 
@@ -126,7 +127,7 @@ def test_the_loader_gives_each_image_the_same_pixels_whatever_the_batch_size(tmp
 
 
 def test_pixels_are_cached_reused_and_invalidated(tmp_path: Path) -> None:
-    from fasttrain.datasets.decoded import cache_key
+    from fasttrain.datasets.pixel_cache import cache_key
     write_tree(tmp_path / "d", {"a": 6, "b": 6}, size=20)
     cache = tmp_path / "cache"
     train, val, note = _open(tmp_path / "d", cache)

@@ -8,6 +8,7 @@ import pytest
 
 from fasttrain.doctor import checks as doctor
 from fasttrain.profiles import presets
+from fasttrain.profiles.files import preset_names
 from fasttrain.doctor.findings import Finding
 from fasttrain.hardware.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
 
@@ -40,7 +41,7 @@ def test_fixtures_exist_for_every_machine_the_issue_names() -> None:
 
 
 @pytest.mark.parametrize("name", ALL)
-@pytest.mark.parametrize("preset", presets.preset_names())
+@pytest.mark.parametrize("preset", preset_names())
 def test_no_rule_crashes_on_any_report_and_preset(name: str, preset: str) -> None:
     findings = doctor.run_rules(load(name), profile(preset))
     assert findings

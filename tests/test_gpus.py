@@ -35,7 +35,8 @@ def test_a_memory_size_is_never_dropped_to_match() -> None:
 
 def test_every_shipped_profile_gpu_is_in_the_spec_file() -> None:
     from fasttrain.profiles import presets
-    for name in presets.preset_names():
+    from fasttrain.profiles.files import preset_names
+    for name in preset_names():
         gpu = presets.resolve_file_only(name).profile.hardware.gpu
         assert gpu is None or gpus.find_gpu(gpu) is not None, name
 

@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fasttrain.profiles import presets
+from fasttrain.profiles.files import preset_names
 from fasttrain.profiles.schema import SECTIONS, all_dotted_keys
 
 from conftest import FIXTURES
@@ -374,7 +374,7 @@ def profile_dicts(draw):
     """A mapping shaped like a profile: known sections with known or unknown keys and hostile values."""
     data: dict = {}
     if draw(st.booleans()):
-        data["extends"] = draw(st.sampled_from(presets.preset_names()) | SCALARS)
+        data["extends"] = draw(st.sampled_from(preset_names()) | SCALARS)
     for section in draw(st.lists(st.sampled_from(list(SECTIONS)), max_size=3, unique=True)):
         fields = list(SECTIONS[section].model_fields)
         keys = draw(st.lists(st.sampled_from(fields) | HOSTILE_TEXT, max_size=4, unique=True))
@@ -426,7 +426,7 @@ def _edges(section: str, field: str) -> list:
 @st.composite
 def edge_profiles(draw):
     """A preset plus a few known keys at the edges of their ranges (many of them valid)."""
-    data: dict = {"extends": draw(st.sampled_from(presets.preset_names()))}
+    data: dict = {"extends": draw(st.sampled_from(preset_names()))}
     for key in draw(st.lists(st.sampled_from([k for k in all_dotted_keys() if "." in k]), min_size=1, max_size=6)):
         section, field = key.split(".")
         data.setdefault(section, {})[field] = draw(st.sampled_from(_edges(section, field)) | SCALARS)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fasttrain.profiles import presets
+from fasttrain.profiles.files import preset_names, preset_path
 from fasttrain.core.errors import UserError
 
 SHIPPED = ["aws-a10g", "cpu", "gcp-v100", "kaggle-t4", "laptop-4060"]
@@ -14,14 +15,14 @@ FIELD_NOTES = Path(__file__).parent / "fixtures" / "reference" / "field_notes.cs
 
 
 def test_all_presets_ship() -> None:
-    assert presets.preset_names() == SHIPPED
+    assert preset_names() == SHIPPED
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_profile_loads_and_cites_its_source(name: str) -> None:
     res = presets.resolve_file_only(name)
     assert res.profile.name == name
-    text = presets.preset_path(name).read_text()
+    text = preset_path(name).read_text()
     assert text.startswith("#"), "each preset opens with a comment saying where its numbers come from"
     if name != "cpu":  # cited by title: the notes are not shipped (docs/field-notes.md says what each one says)
         titles = [r["title"] for r in csv.DictReader(FIELD_NOTES.open(encoding="utf-8")) if r["presets"] == name]

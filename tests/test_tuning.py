@@ -106,10 +106,10 @@ def test_doctor_bench_and_train_agree_on_one_recorded_cache(cli, tmp_path: Path,
     path = tmp_path / "report.json"
     path.write_text(report.model_dump_json())
     # bench speedups' result, recorded: compile 0.93x, fused optimizer 1.20x
-    from fasttrain.commands.bench import _remember_speedups
+    from fasttrain.bench.remember import remember_speedups
     rows = [{"setting": "compile", "status": "measured", "speedup": 0.93},
             {"setting": "fused_optimizer", "status": "measured", "speedup": 1.20}]
-    _remember_speedups({"rows": rows, "image_size": 32, "batch_size": 64}, report, "tiny_cnn")
+    remember_speedups({"rows": rows, "image_size": 32, "batch_size": 64}, report, "tiny_cnn")
     measured = machine_measurements(load_cache(tmp_path), machine_id(report), report.torch.version)
     assert {m.setting for m in measured} == {"compile", "fused_optimizer"}
     # doctor: reads the same cache, recommends no compile and names the measurement

@@ -8,9 +8,9 @@ from fasttrain.core.exports import lazy_face
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "bench_speedups": "speedups",
-    "load_claims": "speedups",
+    "load_claims": "claims",
     "sweep": "loader",
-    "find_knee": "loader",
+    "find_knee": "loader_choice",
     "new_bench_dir": "results",
     "write_result": "results",
     "read_result": "results",

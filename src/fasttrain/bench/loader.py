@@ -9,197 +9,106 @@ batches flow, and PSS summed once at the end of the timed window. Workers are fo
 parent's pages, so the RSS sum counts the shared libraries once per worker; PSS splits shared pages between the processes that map them, so the PSS
 sum is what the machine really gives up, and it is what the RAM budget is checked against.
 
-Pure parts (worker counts, knee, recommendation, keeping up, profile YAML) are tested on recorded sweeps.
+The pure parts are bench/loader_sweep.py (the settings, each one's points over rounds) and bench/loader_choice.py
+(knee, recommendation, keeping up, profile YAML), tested on recorded sweeps; bench/ram.py reads the RAM.
 """
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fasttrain.bench.loader_choice import find_knee, keeps_up, profile_yaml, recommend, summary
+from fasttrain.bench.loader_sweep import Point, Setting, combine_rounds, sweep_settings, worker_counts
+from fasttrain.bench.ram import RamSampler, pss_of
 from fasttrain.bench.rounds import rotated
-from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.core.format import fmt_bytes
 
-# The knee: the smallest worker count whose rate reaches this share of the best. Beyond it, each extra worker
-# adds < 5% for another process's worth of RAM and CPU taken from the training process.
-KNEE_FRACTION = 0.95
-PREFETCH_FACTORS = (2, 4)
-# A loader must deliver this much more than the model consumes to keep up: rates vary batch to batch, and a
-# loader running at exactly the training rate stalls the step whenever a batch is slow.
-KEEP_UP_HEADROOM = 1.1
-RAM_SAMPLE_S = 0.1
+if TYPE_CHECKING:
+    from fasttrain.datasets.bundle import DataBundle
+    from fasttrain.plan import Plan
+    from fasttrain.profiles.schema import Profile
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """`bench loader`'s flags, checked: what to sweep, how long, and what to compare."""
+
+    data: str                   # shapes or an image folder
+    prefetch: tuple[int, ...]   # prefetch_factor values
+    max_workers: int | None     # None: the cores and one step past them
+    rounds: int
+    batches: int                # timed batches per setting per round
+    max_seconds: float          # time cap per setting per round
+    model: str | None           # the model the loader must keep up with; None: --model none
+    paths: bool                 # also compare input paths on a sample of the files
+    compare_images: int
+    shards: Path | None         # a prepared set to compare
 
 
 @dataclass
-class Setting:
-    workers: int
-    prefetch: int | None      # None with 0 workers: the main process loads one batch at a time
+class LoaderBench:
+    """What `bench loader` measured: the result dict (stable keys), the points, the knee and the recommendation."""
 
-    @property
-    def label(self) -> str:
-        return plural(self.workers, "worker") + (f", prefetch {self.prefetch}" if self.prefetch else "")
-
-
-@dataclass
-class Point:
-    """One setting's measurements (medians over rounds for the rate, the maximum for RAM)."""
-
-    workers: int
-    prefetch: int | None
-    images_per_s: float
-    ram_bytes: int            # PSS sum, main + workers, above the main process before the loader started
-    rss_bytes: int            # RSS sum, main + workers (over-counts shared pages; shown for comparison)
-    startup_s: float          # until the first batch arrived (worker start-up)
-    rounds: int = 1
-    images_per_s_low: float | None = None    # slowest and fastest round: the noise the median hides
-    images_per_s_high: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    result: dict[str, Any]
+    points: list[Point]
+    knee: Point
+    choice: Point
+    why: str
 
 
-# -- pure ----------------------------------------------------------------------------------------------------
-def worker_counts(cores: int, max_workers: int | None = None) -> list[int]:
-    """0, 1, 2, 3, 4, then steps of ~1.5x up to the cores, the cores, and one step past them (where more workers
-    should stop helping). 2 cores -> [0, 1, 2, 3]; 16 -> [0, 1, 2, 3, 4, 6, 9, 13, 16, 24]."""
-    top = max_workers if max_workers is not None else cores + max(1, cores // 2)
-    counts = {w for w in range(0, min(top, 4) + 1)}
-    w = 4
-    while w < min(top, cores):
-        w = max(w + 1, round(w * 1.5))
-        counts.add(min(w, cores))
-    if cores <= top:
-        counts.add(cores)
-    counts.add(top)
-    return sorted(c for c in counts if c <= top)
+def bench_loader(bundle: DataBundle, plan: Plan, prof: Profile, cores: int, opts: LoaderOptions, *, profile: str,
+                 batch_message: str | None, progress: Callable[[str], None]) -> LoaderBench:
+    """Sweep the settings in interleaved rounds, choose, check the choice keeps up with the model, and (opts.paths)
+    compare the input paths with the chosen worker count."""
+    settings = sweep_settings(worker_counts(cores, opts.max_workers), opts.prefetch)
+    progress(f"{len(settings)} settings x {opts.rounds} rounds on {bundle.train_size} images ({opts.data}), batch "
+             f"{plan.batch_size}, {plan.image_size} px")
+    samples = sweep(bundle, plan, settings, rounds=opts.rounds, batches=opts.batches, max_seconds=opts.max_seconds,
+                    progress=progress)
+    points = combine_rounds(samples)
+    knee = find_knee(points)
+    choice, why = recommend(points, plan.ram_budget_bytes)
+    train_rate, source = training_rate_to_match(prof, plan, opts.model, bundle, progress)
+    up = keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
+    result = summary(points, samples, plan, choice, why, knee, up, data=opts.data, profile=profile, cores=cores,
+                     rounds=opts.rounds, batches=opts.batches, model=opts.model, batch_message=batch_message)
+    if opts.paths:
+        from fasttrain.bench.paths import compare_paths
+
+        compared = compare_paths(bundle, opts.data, augment=prof.augment, image_size=plan.image_size,
+                                 batch_size=plan.batch_size, workers=choice.workers, images=opts.compare_images,
+                                 rounds=opts.rounds, max_seconds=opts.max_seconds, train_rate=train_rate,
+                                 shards=opts.shards, progress=progress)
+        result.update(paths=compared["paths"], paths_recommendation=compared["recommendation"],
+                      paths_sample_images=compared["sample_images"], paths_workers=compared["workers"])
+    return LoaderBench(result, points, knee, choice, why)
 
 
-def sweep_settings(counts: list[int], prefetch_factors: tuple[int, ...] = PREFETCH_FACTORS) -> list[Setting]:
-    out: list[Setting] = []
-    for w in counts:
-        if w == 0:
-            out.append(Setting(0, None))
-        else:
-            out.extend(Setting(w, p) for p in prefetch_factors)
-    return out
+def training_rate_to_match(prof: Profile, plan: Plan, train_model: str | None, bundle: DataBundle,
+                           say: Callable[[str], None]) -> tuple[float | None, str]:
+    """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
+    profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
+    train_rate, source = None, "measured here"
+    forecast = None
+    if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
+        forecast = forecast_rate(prof, train_model, num_classes=bundle.num_classes, dataset_size=bundle.train_size)
+    if forecast is not None:
+        train_rate, source = forecast
+    elif train_model is not None:
+        say(f"measuring the training rate of {train_model} (synthetic inputs, same step code as train)")
+        train_rate = training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
+        if prof.hardware.gpu and plan.device != "cuda":
+            source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
+    return train_rate, source
 
 
-def combine_rounds(samples: list[dict[str, Any]]) -> list[Point]:
-    """samples: one dict per (round, setting) with workers, prefetch, images_per_s, ram_bytes, rss_bytes,
-    startup_s -> one Point per setting: median rate and start-up, maximum RAM."""
-    groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
-    for s in samples:
-        groups.setdefault((s["workers"], s["prefetch"]), []).append(s)
-    points = []
-    for (w, p), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        rates = [r["images_per_s"] for r in rows]
-        points.append(Point(w, p, statistics.median(rates), max(r["ram_bytes"] for r in rows),
-                            max(r["rss_bytes"] for r in rows), statistics.median(r["startup_s"] for r in rows),
-                            len(rows), min(rates), max(rates)))
-    return points
-
-
-def best_per_workers(points: list[Point]) -> dict[int, Point]:
-    best: dict[int, Point] = {}
-    for p in points:
-        if p.workers not in best or p.images_per_s > best[p.workers].images_per_s:
-            best[p.workers] = p
-    return best
-
-
-def find_knee(points: list[Point], fraction: float = KNEE_FRACTION) -> Point:
-    """The smallest worker count reaching `fraction` of the best rate (its best prefetch)."""
-    if not points:
-        raise ValueError("no measurements")
-    top = max(p.images_per_s for p in points)
-    per = best_per_workers(points)
-    return next(per[w] for w in sorted(per) if per[w].images_per_s >= fraction * top)
-
-
-def recommend(points: list[Point], ram_budget_bytes: int, fraction: float = KNEE_FRACTION) -> tuple[Point, str]:
-    """The knee among settings whose measured RAM fits the budget; within the chosen worker count the smallest
-    prefetch reaching `fraction` of that count's best (more prefetch only holds more batches in RAM).
-    Worker processes are preferred over 0 workers whenever one fits: their loading overlaps the training step.
-    -> (setting, reason in words)."""
-    fitting = [p for p in points if p.ram_bytes <= ram_budget_bytes]
-    # 0 workers load in the training process itself: no overlap with the step, whatever its rate alone.
-    overlapping = [p for p in fitting if p.workers > 0]
-    fitting = overlapping or fitting
-    if not fitting:
-        least = min(points, key=lambda p: p.ram_bytes)
-        return least, (f"no setting fits the {fmt_bytes(ram_budget_bytes)} RAM budget; the leanest "
-                       f"({Setting(least.workers, least.prefetch).label}) used {fmt_bytes(least.ram_bytes)}")
-    knee = find_knee(fitting, fraction)
-    same = [p for p in fitting if p.workers == knee.workers and p.images_per_s >= fraction * knee.images_per_s]
-    choice = min(same, key=lambda p: p.prefetch or 0)
-    top = max(p.images_per_s for p in fitting)
-    dropped = sum(1 for p in points if p.ram_bytes > ram_budget_bytes)
-    reason = (f"fewest workers reaching {fraction:.0%} of the best rate ({top:.0f} img/s)"
-              + (f"; {dropped} settings over the {fmt_bytes(ram_budget_bytes)} RAM budget left out" if dropped else
-                 f"; RAM {fmt_bytes(choice.ram_bytes)} within the {fmt_bytes(ram_budget_bytes)} budget"))
-    return choice, reason
-
-
-def keeps_up(loader_rate: float, train_rate: float | None, cpu_only: bool,
-             source: str = "measured here") -> dict[str, Any]:
-    """Does the loader feed the model? -> {keeps_up: bool | None, ratio, train_images_per_s, source, message}.
-    `source` says where the training rate comes from: measured here, or estimate's forecast for the profile's
-    GPU when this machine has none."""
-    if not train_rate:
-        return {"keeps_up": None, "ratio": None, "train_images_per_s": None, "source": None,
-                "message": "training rate not measured (--model none)"}
-    ratio = loader_rate / train_rate
-    ok = ratio >= KEEP_UP_HEADROOM
-    if ok:
-        msg = (f"keeps up: the loader delivers {ratio:.1f}x what the model trains on ({train_rate:.0f} img/s, "
-               f"{source})")
-    else:
-        msg = (f"input-bound: the loader delivers {loader_rate:.0f} img/s, the model could train on "
-               f"{train_rate:.0f} img/s ({source}; {ratio:.2f}x); use more cores, smaller or pre-decoded images, "
-               "or lighter augmentation")
-    if cpu_only and source == "measured here":
-        msg += ("; on a CPU-only machine the workers and the training share the same cores, so measured apart "
-                "both rates are optimistic")
-    return {"keeps_up": ok, "ratio": ratio, "train_images_per_s": train_rate, "source": source, "message": msg}
-
-
-def summary(points: list[Point], samples: list[dict[str, Any]], plan: Any, choice: Point, why: str, knee: Point,
-            training: dict[str, Any], **context: Any) -> dict[str, Any]:
-    """The `bench loader` result: every point and round, the knee, the recommendation and its reason, the best
-    setting, the gain over loading in the main process, and whether it feeds the model. `context` (data, profile,
-    cores, rounds, batches, model, batch_message) is recorded as given."""
-    best = max(points, key=lambda p: p.images_per_s)
-    zero = next((p for p in points if p.workers == 0), None)
-    return {
-        "data": context["data"], "profile": context["profile"], "batch_size": plan.batch_size,
-        "image_size": plan.image_size, "cores": context["cores"], "rounds": context["rounds"],
-        "batches": context["batches"], "ram_budget_bytes": plan.ram_budget_bytes,
-        "points": [p.to_dict() for p in points], "samples": samples,
-        "knee": knee.to_dict(), "recommended": {**choice.to_dict(), "reason": why},
-        "best": best.to_dict(), "speedup_over_0_workers": (choice.images_per_s / zero.images_per_s) if zero else None,
-        "training": training, "model": context["model"], "batch_message": context["batch_message"],
-        "profile_written": None,
-    }
-
-
-def workers_measurement(points: list[Point], choice: Point, planned: int, today: str) -> Any:
-    """What `bench loader` leaves in the measurement cache (tuning/store.py) for doctor and train's plan: the
-    recommended worker count and its rate over the count the plan would have used (the nearest one measured). Pure."""
-    from fasttrain.tuning.store import Measurement
-
-    per = best_per_workers(points)
-    base = per[min(per, key=lambda w: (abs(w - planned), w))]
-    return Measurement("workers", choice.workers, round(choice.images_per_s / max(base.images_per_s, 1e-9), 2),
-                       "bench loader", today, f"vs {plural(base.workers, 'worker')}, the plan's rule")
-
-
-def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_size: int) -> tuple[float, str] | None:
+def forecast_rate(profile: Profile, model_name: str, *, num_classes: int,
+                  dataset_size: int) -> tuple[float, str] | None:
     """estimate's forecast of training images/s on the GPU the profile names, for when this machine has no GPU
     (the loader measured here must keep up with *that* GPU). None when estimate cannot forecast it."""
     if not profile.hardware.gpu:
@@ -217,83 +126,7 @@ def forecast_rate(profile: Any, model_name: str, *, num_classes: int, dataset_si
     return float(rate), f"estimate's forecast for {fc.device.get('name') or profile.hardware.gpu}"
 
 
-def profile_yaml(extends: str, choice: Point, note: str) -> str:
-    """A profile file that extends the one benchmarked and sets the chosen loader keys (valid under
-    profiles/rules.py: 0 workers means no prefetch and no persistent workers)."""
-    lines = [f"# {line}" for line in note.splitlines()]
-    lines += [f"extends: {extends}", "loader:", f"  num_workers: {choice.workers}"]
-    if choice.workers > 0:
-        lines.append(f"  prefetch_factor: {choice.prefetch or 2}")
-    else:
-        lines += ["  prefetch_factor: null", "  persistent_workers: false"]
-    return "\n".join(lines) + "\n"
-
-
-# -- measurement ---------------------------------------------------------------------------------------------
-class RamSampler:
-    """Peak RSS summed over this process and its children, sampled on a thread every RAM_SAMPLE_S (cheap:
-    /proc/<pid>/statm). PSS needs the kernel to walk every mapping (~20 ms per process with torch loaded), so
-    `pss_now()` is read once, after the timed window, while the workers still hold their prefetched batches."""
-
-    def __init__(self, interval_s: float = RAM_SAMPLE_S):
-        import psutil
-
-        self.proc = psutil.Process()
-        self.interval_s = interval_s
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _procs(self) -> list[Any]:
-        try:
-            return [self.proc, *self.proc.children(recursive=True)]
-        except Exception:  # noqa: BLE001 - the process table changes while workers start and stop
-            return [self.proc]
-
-    def sample(self) -> int:
-        rss = 0
-        for p in self._procs():
-            try:
-                rss += p.memory_info().rss
-            except Exception:  # noqa: BLE001 - a worker may exit between listing and reading
-                pass
-        self.peak_rss = max(self.peak_rss, rss)
-        return rss
-
-    def pss_now(self) -> int:
-        return sum(pss_of(p) for p in self._procs())
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> RamSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def pss_of(proc: Any) -> int:
-    """Proportional set size in bytes (shared pages split between the processes mapping them); RSS where the
-    kernel has no smaps_rollup."""
-    try:
-        with open(f"/proc/{proc.pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(proc.memory_info().rss)
-    except Exception:  # noqa: BLE001
-        return 0
-
-
-def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, max_seconds: float,
+def measure_setting(bundle: DataBundle, plan: Plan, setting: Setting, *, batches: int, max_seconds: float,
                     seed: int = 0) -> dict[str, Any]:
     """Start a fresh train loader with this setting, wait for the first batch (start-up), then time up to
     `batches` more (or `max_seconds`). Non-persistent workers: each setting starts and stops its own."""
@@ -327,7 +160,7 @@ def measure_setting(bundle: Any, plan: Any, setting: Setting, *, batches: int, m
             "batches": timed}
 
 
-def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batches: int, max_seconds: float,
+def sweep(bundle: DataBundle, plan: Plan, settings: list[Setting], *, rounds: int, batches: int, max_seconds: float,
           progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Every setting once per round; the order rotates each round."""
     samples = []
@@ -342,7 +175,7 @@ def sweep(bundle: Any, plan: Any, settings: list[Setting], *, rounds: int, batch
     return samples
 
 
-def training_rate(plan: Any, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
+def training_rate(plan: Plan, model_name: str, *, image_size: int, num_classes: int, steps: int = 3,
                   warmup_steps: int = 1) -> float:
     """Images/s the model trains at on inputs already on the device (the same step code as `train`)."""
     from fasttrain.models.registry import create_model

@@ -11,10 +11,13 @@ import platform
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.files import write_text_atomic
 from fasttrain import __version__
+
+if TYPE_CHECKING:
+    from fasttrain.hardware.report import HardwareReport
 
 RESULT_FILE = "result.json"
 SCHEMA_VERSION = 1
@@ -31,7 +34,7 @@ def new_bench_dir(kind: str, base: Path = Path("runs"), now: float | None = None
     return candidate
 
 
-def machine_summary(report: Any = None) -> dict[str, Any]:
+def machine_summary(report: HardwareReport | None = None) -> dict[str, Any]:
     """Enough to tell two machines apart in a comparison: host, CPU, cores, RAM, GPU names, torch."""
     out: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(),
                            "python": platform.python_version(), "fasttrain": __version__}
@@ -42,7 +45,7 @@ def machine_summary(report: Any = None) -> dict[str, Any]:
     return out
 
 
-def envelope(kind: str, result: dict[str, Any], report: Any = None) -> dict[str, Any]:
+def envelope(kind: str, result: dict[str, Any], report: HardwareReport | None = None) -> dict[str, Any]:
     """The result with the fields every bench shares (stable keys)."""
     return {"schema": SCHEMA_VERSION, "kind": kind,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -54,6 +57,17 @@ def write_result(run_dir: Path, data: dict[str, Any]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RESULT_FILE
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def save_result(kind: str, out: Path | None, result: dict[str, Any], report: HardwareReport) -> Path:
+    """Write `result` (enveloped) to OUT/result.json or a new runs/bench-<kind>-<time>/, and add the envelope's
+    fields and the file's path to `result`, so --json prints what the file holds -> the file."""
+    run_dir = out if out is not None else new_bench_dir(kind)
+    data = envelope(kind, result, report)
+    path = write_result(run_dir, data)
+    result.update({k: data[k] for k in ("schema", "kind", "created_at", "machine")})
+    result["result_path"] = str(path)
+    return path
 
 
 # A result.json is a few kB; anything far larger is not one (and must not be read into memory whole).

@@ -1,14 +1,20 @@
 """Rich tables for `fasttrain bench`: each function prints one bench's result and computes nothing new.
 
-The commands (fasttrain/commands/bench.py) gather and measure, the bench modules summarise, and
+The bench modules gather, measure and summarise (fasttrain/commands/bench.py calls them), and
 these functions only lay the summary out on the console they are given.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.format import fmt_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fasttrain.bench.loader_sweep import Point
+    from fasttrain.train.setup.batch_search import AutoBatch
 
 
 def bar(value: float, top: float, width: int = 16) -> str:
@@ -17,7 +23,7 @@ def bar(value: float, top: float, width: int = 16) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def render_speedups(result: dict[str, Any], path: Path, out: Any) -> None:
+def render_speedups(result: dict[str, Any], path: Path, out: Console) -> None:
     """`bench speedups`: one row per setting, measured against the notes' claims."""
     from rich.table import Table
 
@@ -50,7 +56,7 @@ def render_speedups(result: dict[str, Any], path: Path, out: Any) -> None:
     out.print(f"result: {path}")
 
 
-def render_batch(result: dict[str, Any], auto: Any, path: Path, out: Any) -> None:
+def render_batch(result: dict[str, Any], auto: AutoBatch, path: Path, out: Console) -> None:
     """`bench batch`: every trial of the search, the batch it settled on, and the flags that use it."""
     from rich.table import Table
 
@@ -72,8 +78,8 @@ def render_batch(result: dict[str, Any], auto: Any, path: Path, out: Any) -> Non
     out.print(f"result: {path}")
 
 
-def render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: Any, workers_claim: str,
-                  path: Path, out: Any) -> None:
+def render_loader(result: dict[str, Any], points: list[Point], knee: Point, choice: Point, workers_claim: str,
+                  path: Path, out: Console) -> None:
     """`bench loader`: images/s and RAM per setting, the knee, the recommendation, and whether it keeps up."""
     from rich.table import Table
 
@@ -116,7 +122,7 @@ def render_loader(result: dict[str, Any], points: list[Any], knee: Any, choice: 
     out.print(f"result: {path}")
 
 
-def render_paths(result: dict[str, Any], out: Any) -> None:
+def render_paths(result: dict[str, Any], out: Console) -> None:
     """The input paths compared on a sample of the files: images/s, per core, vs the torchvision baseline, RAM."""
     from rich.table import Table
 
@@ -137,7 +143,7 @@ def render_paths(result: dict[str, Any], out: Any) -> None:
     out.print(result["paths_recommendation"])
 
 
-def _compare_cell(d: Any) -> str:
+def _compare_cell(d: dict[str, Any] | None) -> str:
     if not d:
         return "-"
     if d.get("images_per_s") is not None:
@@ -145,7 +151,7 @@ def _compare_cell(d: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if v is not None)
 
 
-def render_compare(result: dict[str, Any], out: Any) -> None:
+def render_compare(result: dict[str, Any], out: Console) -> None:
     """`bench compare`: the two machines, then images/s of A and B per row and the ratio B/A."""
     from rich.table import Table
 

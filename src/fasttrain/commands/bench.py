@@ -1,14 +1,17 @@
 """`fasttrain bench loader|speedups|batch`: measure on this machine instead of trusting the notes' guesses.
 
-gather (probe, profile, data, model) -> compute (bench/loader.py / bench/speedups.py / train/setup/batch_search.py, pure summaries)
--> render (bench/view.py, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json
-(or --out DIR). torch is imported inside the commands only: cli.py imports this module for --help.
+Each verb parses its flags, then gather (bench/gather.py: probe, profile, data, --batch-size) -> measure and
+compute (bench/speedups.py, bench/loader.py, train/setup/batch_search.py; pure summaries beside them) -> render
+(bench/view.py, or --json). Every bench writes its result to runs/bench-<kind>-<time>/result.json (or --out DIR,
+bench/results.py) and what it measured to the measurement cache (bench/remember.py). torch is imported inside the
+commands only: cli.py imports this module for --help.
 """
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -27,58 +30,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
-# -- gather helpers ------------------------------------------------------------------------------------------
-def _setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[Any, Any, str]:
-    """(HardwareReport, resolved Profile, profile ref) for this machine."""
-    from fasttrain.profiles import presets
-    from fasttrain.hardware.machine import probe
-
-    if image_size is not None and image_size < 8:
-        raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])
-    report = probe()
-    if profile is None:
-        from fasttrain.profiles.recommend import best_preset
-
-        profile = best_preset(report)
-    flags = {"loader.image_size": ("--image-size", image_size)} if image_size is not None else None
-    resolved = presets.resolve(profile, sets=sets or [], flags=flags)
-    return report, resolved.profile, profile
-
-
-def _say() -> Any:
+def _say() -> Callable[[str], None]:
     """Progress lines on stderr (stdout stays clean for --json)."""
     def say(text: str) -> None:
         print(f"  {text}", file=sys.stderr, flush=True)
     return say
-
-
-def _batch(value: str | None, plan: Any, model: str, image_size: int, num_classes: int, optim: Any,
-           say: Any) -> tuple[int | None, str | None]:
-    """--batch-size: None (profile's), a number, or auto -> (batch, message). auto gives the batch `train
-    --batch-size auto` would run: the largest that fits, capped at the profile's samples per optimizer step."""
-    if value is None:
-        return None, None
-    from fasttrain.train.setup.batch_search import check_batch_option
-
-    n = check_batch_option(value)
-    if n is not None:
-        return n, None
-    from fasttrain.train.setup.batch_search import auto_batch
-
-    say("--batch-size auto: searching the largest batch that fits (cached after the first run)")
-    auto = auto_batch(plan, model, image_size, num_classes=num_classes, optim=optim)
-    return auto.batch, auto.message
-
-
-def _save(kind: str, out: Path | None, result: dict[str, Any], report: Any) -> Path:
-    from fasttrain.bench.results import envelope, new_bench_dir, write_result
-
-    run_dir = out if out is not None else new_bench_dir(kind)
-    data = envelope(kind, result, report)
-    path = write_result(run_dir, data)
-    result.update({k: data[k] for k in ("schema", "kind", "created_at", "machine")})
-    result["result_path"] = str(path)
-    return path
 
 
 def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None:
@@ -92,6 +48,32 @@ def _names(value: str | None, flag: str, allowed: list[str]) -> list[str] | None
         raise UserError([Problem(flag, f"unknown setting {b!r}", did_you_mean(b, allowed) or
                                  "choose from " + ", ".join(allowed)) for b in bad])
     return names
+
+
+def _chosen_settings(only: str | None, skip: str | None) -> list[str] | None:
+    """--only and --skip -> the settings to measure (None: all)."""
+    from fasttrain.bench.variants import SETTINGS
+
+    names = [n for n, _ in SETTINGS]
+    chosen = _names(only, "--only", names)
+    left_out = _names(skip, "--skip", names) or []
+    if chosen is None and left_out:
+        chosen = [n for n in names if n not in left_out]
+    elif chosen is not None:
+        chosen = [n for n in chosen if n not in left_out]
+    return chosen
+
+
+def _prefetch_factors(prefetch: str) -> tuple[int, ...]:
+    """--prefetch "2,4" -> (2, 4), sorted and without repeats."""
+    try:
+        factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
+    except ValueError:
+        factors = ()
+    if not factors or min(factors) < 1:
+        raise UserError([Problem("--prefetch", "expected a comma list of positive integers", "e.g. --prefetch 2,4",
+                                 prefetch)])
+    return factors
 
 
 # -- bench speedups ------------------------------------------------------------------------------------------
@@ -113,52 +95,31 @@ def speedups_cmd(
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
     beside the speed-ups the field notes claim. Synthetic inputs on the device: the model alone."""
-    from fasttrain.bench.speedups import SETTINGS, bench_speedups
+    from fasttrain.bench import gather
+    from fasttrain.bench.remember import remember_speedups
+    from fasttrain.bench.results import save_result
+    from fasttrain.bench.speedups import bench_speedups
 
-    names = [n for n, _ in SETTINGS]
-    chosen = _names(only, "--only", names)
-    left_out = _names(skip, "--skip", names) or []
-    if chosen is None and left_out:
-        chosen = [n for n in names if n not in left_out]
-    elif chosen is not None:
-        chosen = [n for n in chosen if n not in left_out]
-    report, prof, ref = _setup(profile, sets, image_size)
+    chosen = _chosen_settings(only, skip)
+    report, prof, ref = gather.setup(profile, sets, image_size)
     from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
 
     create_model(model, num_classes)  # an unknown name fails now, with close matches
     size = prof.loader.image_size
     say = _say()
-    batch, batch_msg = _batch(batch_size, make_plan(prof, report), model, size, num_classes, prof.optim, say)
+    batch, batch_msg = gather.batch_option(batch_size, make_plan(prof, report), model, size, num_classes, prof.optim,
+                                           say)
     result = bench_speedups(prof, report, lambda: create_model(model, num_classes), image_size=size,
                             num_classes=num_classes, batch=batch, steps=steps, rounds=rounds, warmup_steps=warmup,
                             only=chosen, progress=say)
     result.update(model=model, profile=ref, batch_message=batch_msg)
-    path = _save("speedups", out, result, report)
-    _remember_speedups(result, report, model)
+    path = save_result("speedups", out, result, report)
+    remember_speedups(result, report, model)
     if as_json:
         print_json(result)
         return
     bench_view.render_speedups(result, path, console())
-
-
-def _remember_speedups(result: dict[str, Any], report: Any, model: str) -> None:
-    """What bench speedups measured goes to the measurement cache, where doctor, estimate and train's verdict
-    read it (tuning/store.py): no command then suggests a setting measured slower here."""
-    from datetime import date
-
-    from fasttrain.bench.speedups import measurements_from_rows
-    from fasttrain.tuning.store import TrialKey, machine_id, record
-
-    found = measurements_from_rows(result["rows"], date.today().isoformat())
-    if not found:
-        return
-    key = TrialKey(machine_id(report), model, "synthetic", result["image_size"], result["batch_size"],
-                   report.torch.version or "unknown")
-    try:
-        record(key, measurements=found)
-    except UserError:  # an unusable cache directory: the result file still has every figure
-        pass
 
 
 # -- bench batch ---------------------------------------------------------------------------------------------
@@ -181,8 +142,10 @@ def batch_cmd(
     from fasttrain.train.setup import batch_search as bs
     from fasttrain.models.registry import create_model
     from fasttrain.plan import make_plan
+    from fasttrain.bench import gather
+    from fasttrain.bench.results import save_result
 
-    report, prof, ref = _setup(profile, sets, image_size)
+    report, prof, ref = gather.setup(profile, sets, image_size)
     create_model(model, num_classes)
     plan = make_plan(prof, report)
     say = _say()
@@ -195,7 +158,7 @@ def batch_cmd(
     if plan.device != "cuda":
         result["note"] = ("no GPU: host RAM is the only limit on the CPU, so the search stops at --max-batch; "
                           "the figure matters on a GPU")
-    path = _save("batch", out, result, report)
+    path = save_result("batch", out, result, report)
     if as_json:
         print_json(result)
         return
@@ -236,127 +199,33 @@ def loader_cmd(
     """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
     the profile's batch and augmentation; the knee, the recommended setting within the RAM budget, and whether it
     keeps up with the model."""
+    from fasttrain.bench import gather
     from fasttrain.bench import loader as bl
+    from fasttrain.bench.loader_choice import profile_note
+    from fasttrain.bench.remember import remember_loader
+    from fasttrain.bench.results import save_result
 
-    factors = _prefetch_factors(prefetch)
-    report, prof, ref = _setup(profile, sets, image_size)
+    opts = bl.LoaderOptions(data, _prefetch_factors(prefetch), max_workers, rounds, batches, max_seconds,
+                            None if model.lower() == "none" else model, paths, compare_images, shards)
+    report, prof, ref = gather.setup(profile, sets, image_size)
     say = _say()
-    train_model = None if model.lower() == "none" else model
-    bundle, plan, batch_msg = _loader_inputs(data, report, prof, batch_size, train_model, say)
-    settings = bl.sweep_settings(bl.worker_counts(report.cores, max_workers), factors)
-    say(f"{len(settings)} settings x {rounds} rounds on {bundle.train_size} images ({data}), batch "
-        f"{plan.batch_size}, {plan.image_size} px")
-    samples = bl.sweep(bundle, plan, settings, rounds=rounds, batches=batches, max_seconds=max_seconds,
-                       progress=say)
-    points = bl.combine_rounds(samples)
-    knee = bl.find_knee(points)
-    choice, why = bl.recommend(points, plan.ram_budget_bytes)
-    train_rate, source = _training_rate(prof, plan, train_model, bundle, say)
-    up = bl.keeps_up(choice.images_per_s, train_rate, cpu_only=plan.device != "cuda", source=source)
-    result = bl.summary(points, samples, plan, choice, why, knee, up, data=data, profile=ref, cores=report.cores,
-                        rounds=rounds, batches=batches, model=train_model, batch_message=batch_msg)
-    if paths:
-        from fasttrain.bench.paths import compare_paths
-
-        compared = compare_paths(bundle, data, augment=prof.augment, image_size=plan.image_size,
-                                 batch_size=plan.batch_size, workers=choice.workers, images=compare_images,
-                                 rounds=rounds, max_seconds=max_seconds, train_rate=train_rate, shards=shards,
-                                 progress=say)
-        result.update(paths=compared["paths"], paths_recommendation=compared["recommendation"],
-                      paths_sample_images=compared["sample_images"], paths_workers=compared["workers"])
+    bundle, plan, batch_msg = gather.loader_inputs(data, report, prof, batch_size, opts.model, say)
+    run = bl.bench_loader(bundle, plan, prof, report.cores, opts, profile=ref, batch_message=batch_msg, progress=say)
+    result = run.result
     if write_profile is not None:
-        note = (f"written by `fasttrain bench loader` ({data}, batch {plan.batch_size}, {plan.image_size} px): "
-                f"{choice.images_per_s:.0f} img/s\n{why}")
-        bl.write_profile(write_profile, ref, choice, note)
+        note = profile_note(data, plan.batch_size, plan.image_size, run.choice, run.why)
+        bl.write_profile(write_profile, ref, run.choice, note)
         result["profile_written"] = str(write_profile)
-    result["advice"] = _remember_loader(bl.workers_measurement(points, choice, plan.workers, _today()), bundle.kind,
-                                        plan, report)
-    path = _save("loader", out, result, report)
+    result["advice"] = remember_loader(run.points, run.choice, bundle.kind, plan, report)
+    path = save_result("loader", out, result, report)
     if as_json:
         print_json(result)
         return
     claim = ""
     if result.get("speedup_over_0_workers"):
-        from fasttrain.bench.speedups import claims_text, load_claims
+        from fasttrain.bench.claims import claims_text, load_claims
         _, claim = claims_text("workers", load_claims())
-    bench_view.render_loader(result, points, knee, choice, claim, path, console())
-
-
-def _today() -> str:
-    from datetime import date
-    return date.today().isoformat()
-
-
-def _remember_loader(found: Any, kind: str, plan: Any, report: Any) -> dict[str, Any]:
-    """The recommended worker count goes to the measurement cache, keyed by this machine and torch, the data kind,
-    image size and batch (no model): train's plan and doctor read it through tuning/advice.workers_advice, the
-    same code that gives here the count they will use -> {workers, text, recorded}."""
-    from fasttrain.tuning.advice import workers_advice
-    from fasttrain.tuning.store import loader_key, record
-
-    recorded = True
-    try:
-        record(loader_key(report, kind, plan.image_size, plan.batch_size), measurements=[found])
-    except UserError:  # an unusable cache directory: the result file still has every figure
-        recorded = False
-    advice = workers_advice([found], plan.workers, report.cores)
-    return {"workers": advice.value, "text": advice.text, "recorded": recorded}
-
-
-def _prefetch_factors(prefetch: str) -> tuple[int, ...]:
-    """--prefetch "2,4" -> (2, 4), sorted and without repeats."""
-    try:
-        factors = tuple(sorted({int(p) for p in prefetch.split(",") if p.strip()}))
-    except ValueError:
-        factors = ()
-    if not factors or min(factors) < 1:
-        raise UserError([Problem("--prefetch", "expected a comma list of positive integers", "e.g. --prefetch 2,4",
-                                 prefetch)])
-    return factors
-
-
-def _loader_inputs(data: str, report: Any, prof: Any, batch_size: str | None, train_model: str | None,
-                   say: Any) -> tuple[Any, Any, str | None]:
-    """(dataset bundle, plan with the batch to measure, --batch-size auto message) for `bench loader`."""
-    if data == "synthetic":
-        raise UserError([Problem("--data", "synthetic data has no input pipeline to measure",
-                                 "use shapes or an image directory", data)])
-    from fasttrain.datasets.build import build_datasets
-    from fasttrain.plan import make_plan
-
-    bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
-    if bundle.kind != "images":
-        raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
-                                 data)])
-    plan = make_plan(prof, report, dataset_size=bundle.train_size)
-    batch, batch_msg = _batch(batch_size, plan, train_model or "tiny_cnn", plan.image_size, bundle.num_classes,
-                              prof.optim, say)
-    if batch is not None:
-        import dataclasses
-        plan = dataclasses.replace(plan, batch_size=batch)
-    if plan.batch_size > bundle.train_size:
-        raise UserError([Problem("loader.batch_size", f"larger than the {bundle.train_size} training images",
-                                 "lower it with --batch-size", plan.batch_size)])
-    return bundle, plan, batch_msg
-
-
-def _training_rate(prof: Any, plan: Any, train_model: str | None, bundle: Any, say: Any) -> tuple[float | None, str]:
-    """(training images/s the loader must keep up with, where it comes from): estimate's forecast for the
-    profile's GPU when this machine has none, else measured here; (None, ...) with --model none."""
-    from fasttrain.bench import loader as bl
-
-    train_rate, source = None, "measured here"
-    forecast = None
-    if train_model is not None and plan.device != "cuda":  # the profile's GPU is not here: forecast it
-        forecast = bl.forecast_rate(prof, train_model, num_classes=bundle.num_classes, dataset_size=bundle.train_size)
-    if forecast is not None:
-        train_rate, source = forecast
-    elif train_model is not None:
-        say(f"measuring the training rate of {train_model} (synthetic inputs, same step code as train)")
-        train_rate = bl.training_rate(plan, train_model, image_size=plan.image_size, num_classes=bundle.num_classes)
-        if prof.hardware.gpu and plan.device != "cuda":
-            source = f"measured on this CPU; no forecast for the profile's {prof.hardware.gpu}"
-    return train_rate, source
+    bench_view.render_loader(result, run.points, run.knee, run.choice, claim, path, console())
 
 
 # -- bench compare -------------------------------------------------------------------------------------------

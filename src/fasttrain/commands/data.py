@@ -10,12 +10,15 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
+
+if TYPE_CHECKING:
+    from fasttrain.datasets.prepare import Outcome
 
 SRC_FIX = "give an image folder: train/ and val/ with a sub-folder per class, or one tree of class sub-folders"
 
@@ -72,7 +75,7 @@ def prepare_cmd(
     render(result)
 
 
-def summary(outcome: Any, out: Path) -> dict[str, Any]:
+def summary(outcome: Outcome, out: Path) -> dict[str, Any]:
     """What `data prepare --json` prints: counts, bad files, shards and the timing (pure)."""
     m = outcome.manifest
     images = m["splits"]["train"]["count"] + m["splits"]["val"]["count"]

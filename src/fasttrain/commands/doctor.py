@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from fasttrain.commands import options
 from fasttrain.core.errors import Problem, UserError
 
+if TYPE_CHECKING:
+    from fasttrain.hardware.report import HardwareReport
+    from fasttrain.profiles.schema import Profile
+    from fasttrain.tuning.store import Measurement
+
 
 def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor_cmd)
 
 
-def load_report(path: Path) -> Any:
+def load_report(path: Path) -> HardwareReport:
     """A recorded HardwareReport: a bare report, or the whole `doctor --json` output (its "report" key)."""
     from pydantic import ValidationError
 
@@ -43,7 +48,7 @@ def load_report(path: Path) -> Any:
                                  "give a file written by `fasttrain doctor --json`")])
 
 
-def _measured(report: Any) -> list[Any]:
+def _measured(report: HardwareReport) -> list[Measurement]:
     """Everything measured on the machine the report describes, with its torch (tuning trials, bench)."""
     from fasttrain.tuning.store import load_cache, machine_id, machine_measurements
     try:
@@ -53,7 +58,7 @@ def _measured(report: Any) -> list[Any]:
     return machine_measurements(entries, machine_id(report), report.torch.version)
 
 
-def _profile(ref: str | None, report: Any) -> tuple[Any, str]:
+def _profile(ref: str | None, report: HardwareReport) -> tuple[Profile, str]:
     from fasttrain.profiles import presets
     from fasttrain.profiles.recommend import best_preset
     if ref:

@@ -1,11 +1,13 @@
 """`fasttrain estimate`: forecast time, memory, bottleneck and cost of a plan before paying for it.
 
-gather (estimate/gather.py: profile, target machine, meta-device model cost, ceilings, --data sample)
--> compute (estimate/forecast.py, pure) -> render (estimate/view.py, or --json). torch is imported only inside
-the command function, never when cli.py imports this module.
+gather (estimate/gather.py: profile, target machine, meta-device model cost, ceilings; estimate/data_input.py: the
+--data sample; --measure's steps here; estimate/compare.py: --compare's forecasts) -> compute (estimate/result.py,
+pure: the notes and the payload, over estimate/forecast.py) -> render (estimate/view.py, or --json). torch is
+imported only inside the command function, never when cli.py imports this module.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -51,7 +53,48 @@ def estimate_cmd(
     if what is not None and (not compare or what not in COMPARE_KINDS):
         raise UserError([Problem("[presets|gpus]", f"unexpected argument {what!r}",
                                  "use --compare presets or --compare gpus", None)])
-    g.validate_sizes(dataset_size, image_size, epochs, num_classes)
+    _check_flags(model, gpu, data, dataset_size, image_size, epochs, num_classes)
+    from fasttrain.estimate.compare import compare_rows
+    from fasttrain.estimate.data_input import with_data
+    from fasttrain.estimate.result import estimate_result
+    # gather: this machine when needed, the profile with every flag, --data, the forecast on its target
+    local = g.local_report() if (profile is None or measure) else None
+    ref = profile or _default_profile(local)
+    req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
+                    dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
+                    epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None,
+                    world_flags=world_flags(nproc_per_node, nnodes))
+    resolved = g.resolve_profile(ref, req)
+    auto_note = None
+    if batch_size:
+        req, auto_note = _with_batch_option(batch_size, measure, resolved.profile, req, local)
+    if req.batch_flags:
+        resolved = g.resolve_profile(ref, req)
+    prof = resolved.profile
+    req, decoding = with_data(req, data, prof, local, gpu) if data is not None else (req, None)
+    fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
+    # compute (refused here, before --measure or --compare spend any time, when no full batch fits)
+    est = estimate_result(ref, resolved, fc, target, req.dataset_size_source, auto_note, decoding)
+    if measure:
+        est = dataclasses.replace(est, measured=_measure(prof, req, local, measure_steps))
+    if compare:
+        est = dataclasses.replace(est, compare_rows=compare_rows(what or "presets", prof, req, local),
+                                  compare_kind=what or "presets")
+    # render
+    if as_json:
+        from fasttrain.core.console import print_json
+        print_json(est.to_dict())
+        return
+    from fasttrain.estimate.view import render_estimate
+    from fasttrain.core.console import console
+    render_estimate(est, model, console())
+
+
+def _check_flags(model: str, gpu: str | None, data: Path | None, dataset_size: int | None, image_size: int | None,
+                 epochs: int | None, num_classes: int) -> None:
+    """The flags' own refusals (exit 2), before anything is probed or resolved."""
+    from fasttrain.estimate.checks import validate_sizes
+    validate_sizes(dataset_size, image_size, epochs, num_classes)
     options.check_name(model, "--model", "a timm or torchvision name, tiny_cnn, or module:callable")
     if gpu is not None:
         options.check_name(gpu, "--gpu", "a GPU of the spec file, e.g. --gpu T4 (fasttrain estimate --compare gpus)")
@@ -60,57 +103,12 @@ def estimate_cmd(
     if data is not None and dataset_size is not None:
         raise UserError([Problem("--data", "give --data or --dataset-size, not both",
                                  "--data counts the images itself")])
-    local = g.local_report() if (profile is None or measure) else None
-    ref = profile or _default_profile(local)
-    req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
-                    dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
-                    epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None,
-                    world_flags=world_flags(nproc_per_node, nnodes))
-    resolved = g.resolve_profile(ref, req)
-    auto_note = _apply_batch_option(batch_size, measure, resolved.profile, req, local) if batch_size else None
-    if req.batch_flags:
-        resolved = g.resolve_profile(ref, req)
-    prof = resolved.profile
-    decoding = None
-    if data is not None:
-        decoding = g.decoded_here(data, prof, local, gpu)
-        from fasttrain.datasets.decoded import IN_MEMORY
-        req.in_memory = IN_MEMORY if decoding else None
-        count, sample = g.sample_data(data, prof, decoded_once=decoding is not None)
-        req.dataset_size, req.loader = count, sample
-        req.dataset_size_source = f"--data ({count:,} training images, split as train does)"
-    fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
-    g.check_full_batch(target.plan)
-    if auto_note:
-        target.plan.notes.append(auto_note)
-    notes = g.plain_notes(resolved) + target.plan.notes   # the profile's notes, then the plan's
-    if decoding:
-        notes.append(f"input: {decoding}")
-    payload: dict[str, Any] = {"profile": ref, "target": target.where, "dataset_size_source": req.dataset_size_source,
-                               "forecast": fc.to_dict(), "plan_notes": notes}
-    measured = _measure(prof, req, local, measure_steps) if measure else None
-    if measured is not None:
-        payload["measure"] = measured
-    rows = None
-    if compare:
-        rows = g.compare_rows(what or "presets", prof, req, local)
-        payload["compare"] = {"kind": what or "presets", "rows": rows}
-    if as_json:
-        from fasttrain.core.console import print_json
-        print_json(payload)
-        return
-    from fasttrain.estimate import view as r
-    from fasttrain.core.console import console
-    out = console()
-    r.render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{ref}[/] on {fc.device['name']} "
-                               f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
-                               f"data: {req.dataset_size_source}")
-    for note in notes:
-        out.print(f"note: {note}", highlight=False)
-    if measured is not None:
-        r.render_measure(measured, out, None if target.where == "this machine" else fc.device["name"])
-    if rows is not None:
-        r.render_compare(rows, what or "presets", out)
+
+
+def _with_batch_option(value: str, measure: bool, prof: Any, req: Any, local: Any) -> tuple[Any, str | None]:
+    """(a new request with --batch-size N|auto in its batch_flags, the plan note); `req` is left as it was."""
+    new = dataclasses.replace(req)
+    return new, _apply_batch_option(value, measure, prof, new, local)
 
 
 def _apply_batch_option(value: str, measure: bool, prof: Any, req: Any, local: Any) -> str | None:

@@ -8,6 +8,7 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 from __future__ import annotations
 
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 import typer
@@ -47,7 +48,7 @@ def json_option(help: str = JSON_HELP) -> Any:
     return typer.Option(False, "--json", help=help)
 
 
-def model_option(default: Any, help: str = MODEL_HELP) -> Any:
+def model_option(default: str | EllipsisType | None, help: str = MODEL_HELP) -> Any:
     """--model/-m NAME|module:callable; `default` is ... where the command needs one. Empty or blank: exit 2."""
     return typer.Option(default, "--model", "-m", metavar="NAME|module:callable", help=help, callback=_model_callback)
 

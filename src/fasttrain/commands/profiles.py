@@ -24,8 +24,9 @@ def register(app: typer.Typer) -> None:
 def list_cmd(as_json: bool = options.json_option()) -> None:
     """One row per shipped preset."""
     from fasttrain.profiles import presets
+    from fasttrain.profiles.files import preset_names
     rows, broken = [], []
-    for name in presets.preset_names():
+    for name in preset_names():
         try:
             rows.append(profiles_view.summary_row(name, presets.resolve_file_only(name).profile))
         except UserError as exc:

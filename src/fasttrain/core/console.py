@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 
 
-def is_tty(stream: Any = None) -> bool:
+def is_tty(stream: TextIO | None = None) -> bool:
     """The one terminal check: a real terminal gets colour and live screens; pipes, files and CI get plain text."""
     stream = stream if stream is not None else sys.stdout
     isatty = getattr(stream, "isatty", None)

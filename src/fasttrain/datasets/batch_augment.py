@@ -15,9 +15,14 @@ or position it lands in, as in the per-image path. Pure functions of their input
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fasttrain.datasets.transforms import CROP_PCT, MEAN, STD
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+    from torch import Tensor
 
 # RandomResizedCrop's defaults: aspect ratios 3/4 .. 4/3, 10 draws before the centre-crop fallback.
 RATIO = (3 / 4, 4 / 3)
@@ -27,7 +32,7 @@ DRAWS = 2 * ATTEMPTS + 3
 _GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's constants
 
 
-def sample_keys(seed: int, epoch: int, indices: Any) -> Any:
+def sample_keys(seed: int, epoch: int, indices: ArrayLike) -> np.ndarray:
     """Each image's key for one epoch: sampler.sample_seed(seed, epoch, 0) + index, as uint64 (numpy)."""
     import numpy as np
 
@@ -36,7 +41,7 @@ def sample_keys(seed: int, epoch: int, indices: Any) -> Any:
     return np.asarray(indices, dtype=np.uint64) + np.uint64(sample_seed(seed, epoch, 0))
 
 
-def uniforms(keys: Any, count: int = DRAWS) -> Any:
+def uniforms(keys: np.ndarray, count: int = DRAWS) -> Tensor:
     """float64 tensor (N, count) of uniforms in [0, 1): draw j of image i is splitmix64(key_i + (j + 1) * golden),
     the top 53 bits. numpy's uint64 arithmetic wraps modulo 2**64 by definition (torch's signed int64 would not)."""
     import numpy as np
@@ -50,8 +55,8 @@ def uniforms(keys: Any, count: int = DRAWS) -> Any:
     return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) / float(2**53))
 
 
-def random_crop_boxes(sizes: Any, scale: tuple[float, float], draws: Any,
-                      ratio: tuple[float, float] = RATIO) -> Any:
+def random_crop_boxes(sizes: Tensor, scale: tuple[float, float], draws: Tensor,
+                      ratio: tuple[float, float] = RATIO) -> Tensor:
     """torchvision's RandomResizedCrop parameters for every image at once -> float boxes (N, 4) as (x1, y1, x2, y2)
     in pixels. `sizes`: int tensor (N, 2) of (height, width); `draws`: uniforms (N, >= 2 * ATTEMPTS + 2). Same rule
     as RandomResizedCrop.make_params: up to ATTEMPTS draws of area share and log aspect ratio, the first crop that
@@ -78,7 +83,7 @@ def random_crop_boxes(sizes: Any, scale: tuple[float, float], draws: Any,
     return torch.stack([left, top, left + w, top + h], dim=1).float()
 
 
-def _fallback(height: Any, width: Any, ratio: tuple[float, float]) -> tuple[Any, Any]:
+def _fallback(height: Tensor, width: Tensor, ratio: tuple[float, float]) -> tuple[Tensor, Tensor]:
     """RandomResizedCrop's centre crop when no draw fits: the whole image, its ratio clamped into `ratio`."""
     import torch
 
@@ -88,7 +93,7 @@ def _fallback(height: Any, width: Any, ratio: tuple[float, float]) -> tuple[Any,
     return w, h
 
 
-def centre_crop_boxes(sizes: Any, image_size: int, crop_pct: float = CROP_PCT) -> Any:
+def centre_crop_boxes(sizes: Tensor, image_size: int, crop_pct: float = CROP_PCT) -> Tensor:
     """The validation transform (resize the short side to image_size / crop_pct, centre-crop image_size) as boxes
     in each image's own pixels -> float (N, 4). Rounding as torchvision's Resize and CenterCrop round."""
     import torch
@@ -105,7 +110,7 @@ def centre_crop_boxes(sizes: Any, image_size: int, crop_pct: float = CROP_PCT) -
     return torch.stack([left / sx, top / sy, (left + image_size) / sx, (top + image_size) / sy], dim=1).float()
 
 
-def crop_resize(pixels: Any, boxes: Any, image_size: int, flips: Any | None = None) -> Any:
+def crop_resize(pixels: Tensor, boxes: Tensor, image_size: int, flips: Tensor | None = None) -> Tensor:
     """Cut each box out of its image, resize it to image_size x image_size and mirror the images `flips` (bool
     (N,)) marks -> float (N, 3, S, S), 0-255 scale. `pixels`: uint8 (N, 3, H, W).
 
@@ -136,14 +141,14 @@ def crop_resize(pixels: Any, boxes: Any, image_size: int, flips: Any | None = No
     return F.grid_sample(pixels.float(), grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
-def flip_some(images: Any, chosen: Any) -> Any:
+def flip_some(images: Tensor, chosen: Tensor) -> Tensor:
     """Mirror the images `chosen` (bool (N,)) marks left-right, in place."""
     if bool(chosen.any()):
         images[chosen] = images[chosen].flip(-1)
     return images
 
 
-def normalise(images: Any) -> Any:
+def normalise(images: Tensor) -> Tensor:
     """0-255 floats -> the ImageNet-normalised floats transforms.py produces, in place."""
     import torch
 
@@ -152,8 +157,8 @@ def normalise(images: Any) -> Any:
     return images.sub_(mean).mul_(inv_std)
 
 
-def train_batch(pixels: Any, sizes: Any, image_size: int, scale: tuple[float, float], hflip: float,
-                keys: Any) -> Any:
+def train_batch(pixels: Tensor, sizes: Tensor, image_size: int, scale: tuple[float, float], hflip: float,
+                keys: np.ndarray) -> Tensor:
     """RandomResizedCrop(image_size, scale) + RandomHorizontalFlip(hflip) + normalisation of a batch; `keys`:
     each image's sample_keys."""
     draws = uniforms(keys)
@@ -162,6 +167,6 @@ def train_batch(pixels: Any, sizes: Any, image_size: int, scale: tuple[float, fl
     return normalise(crop_resize(pixels, boxes, image_size, flips))
 
 
-def val_batch(pixels: Any, sizes: Any, image_size: int) -> Any:
+def val_batch(pixels: Tensor, sizes: Tensor, image_size: int) -> Tensor:
     """The validation transform of a batch: resize + centre crop + normalisation."""
     return normalise(crop_resize(pixels, centre_crop_boxes(sizes, image_size), image_size))

@@ -7,15 +7,27 @@ TensorDataset, or a scan of the labels of a small dataset -- otherwise a UserErr
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fasttrain.core.errors import Problem, UserError
+
+if TYPE_CHECKING:
+    from fasttrain.datasets.bundle import DataBundle
+
+
+class MapStyle(Protocol):
+    """A map-style dataset as the user's callable returns it: len() and [index] (a torch Dataset, a list...)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> object: ...
+
 
 # Scan at most this many samples to find the labels of a dataset that has no `targets`/`classes` attribute.
 LABEL_SCAN_LIMIT = 100_000
 
 
-def custom_bundle(spec: str, num_classes: int | None) -> Any:
+def custom_bundle(spec: str, num_classes: int | None) -> DataBundle:
     from fasttrain.datasets.bundle import DataBundle
     from fasttrain.models.registry import load_callable
 
@@ -58,7 +70,7 @@ def custom_bundle(spec: str, num_classes: int | None) -> Any:
 INPUT_RANKS = (1, 2, 3, 4)
 
 
-def check_sample(ds: Any, spec: str, name: str = "train", rank: int | None = None) -> int:
+def check_sample(ds: MapStyle, spec: str, name: str = "train", rank: int | None = None) -> int:
     """The rank of the first sample's input when `ds[0]` is an (input tensor, class label) pair the training
     step can use, else a UserError saying what it is. The label: an int, an integer 0-d tensor/numpy scalar, or
     a 1-d float tensor of class probabilities. `rank`: the train set's, which the val set must match.

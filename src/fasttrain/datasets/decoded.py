@@ -15,24 +15,24 @@ costs the next run its decoding.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.cache_dir import default_cache_dir
 from fasttrain.core.errors import UserError
-from fasttrain.datasets.fast_decode import DECODE_ERRORS, decode
+from fasttrain.datasets.decoded_images import DecodedImages
+from fasttrain.datasets.fast_decode import DECODE_ERRORS
+from fasttrain.datasets.pixel_cache import CACHE_SUBDIR, cache_key, load_pixels
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import AugmentSpec, Profile
 
-CACHE_VERSION = 1       # bump when the stored layout changes: it is part of the key
+if TYPE_CHECKING:
+    from torch import Tensor
+
 MAX_SIDE_OVER_CROP = 4  # images more than 4x the crop side waste RAM on pixels every crop throws away
 HEADER_SAMPLE = 256     # headers read before projecting the whole set's size, so a huge set is refused quickly
-CACHE_SUBDIR = "decoded"
 IN_MEMORY = "the images are decoded once into RAM"  # the plan's reason for 0 workers (bundle.in_memory)
 
 
@@ -91,19 +91,7 @@ def fit_reason(images: int, max_h: int, max_w: int, image_size: int, budget: int
     return None
 
 
-def cache_key(samples: list[tuple[str, int]]) -> str | None:
-    """A hash of every file's path, size and modification time, in order; None when a file cannot be stat'ed."""
-    digest = hashlib.sha256(f"v{CACHE_VERSION}".encode())
-    try:
-        for path, _ in samples:
-            st = os.stat(path)
-            digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    except OSError:
-        return None
-    return digest.hexdigest()[:24]
-
-
-def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> tuple[Any, dict[int, str]] | str:
+def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> tuple[Tensor, dict[int, str]] | str:
     """(int tensor (N, 2) of (height, width), {index: reason} for files whose header cannot be read) from the
     files' headers, or the reason the set does not fit. The padded size only grows with more headers, so once
     the first HEADER_SAMPLE already put the set over the budget the answer is known and the rest are not read."""
@@ -125,117 +113,6 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
                 return early
     why = fit_reason(len(samples), int(sizes[:, 0].max()), int(sizes[:, 1].max()), image_size, budget)
     return why if why is not None else (sizes, bad)
-
-
-class DecodedImages:
-    """A list of image files held as one padded uint8 tensor, decoded on first use, augmented per batch.
-
-    `augment` None: the validation transform. `batch(indices, keys)` -> (float images or None, targets,
-    [(path, reason)] of files that could not be decoded), as the per-image path's collate function returns."""
-
-    def __init__(self, samples: list[tuple[str, int]], sizes: Any, bad: dict[int, str], image_size: int,
-                 augment: AugmentSpec | None, cache_file: Path | None = None, threads: int = 1,
-                 pixels: Any | None = None):
-        """`pixels`: a saved set (load_pixels), every image already decoded; None: decode on first use."""
-        import torch
-
-        self.samples = samples
-        self.targets = [t for _, t in samples]
-        self.image_size = image_size
-        self.augment = augment
-        self.cache_file = cache_file
-        self.threads = max(1, threads)
-        self.sizes = sizes
-        self.bad = dict(bad)
-        self.saved = pixels is not None
-        self.pixels = pixels if pixels is not None else torch.zeros(
-            len(samples), 3, int(sizes[:, 0].max()), int(sizes[:, 1].max()), dtype=torch.uint8)
-        self.ready = torch.full((len(samples),), self.saved, dtype=torch.bool)
-        for i in self.bad:
-            self.ready[i] = True
-        self._targets = torch.tensor(self.targets, dtype=torch.long)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    @property
-    def nbytes(self) -> int:
-        return self.pixels.numel()
-
-    def batch(self, indices: list[int], keys: Any) -> tuple[Any, Any, list[tuple[str, str]]]:
-        """`keys`: batch_augment.sample_keys of `indices` (the images' random draws); unused for validation."""
-        import torch
-
-        from fasttrain.datasets import batch_augment
-
-        self.ensure(indices)
-        bad = [(self.samples[i][0], self.bad[i]) for i in indices if i in self.bad]
-        kept = [k for k, i in enumerate(indices) if i not in self.bad]
-        if not kept:
-            return None, torch.empty(0, dtype=torch.long), bad
-        keep = torch.tensor([indices[k] for k in kept], dtype=torch.long)
-        pixels, sizes = self.pixels[keep], self.sizes[keep]
-        if self.augment is None:
-            images = batch_augment.val_batch(pixels, sizes, self.image_size)
-        else:
-            images = batch_augment.train_batch(pixels, sizes, self.image_size,
-                                               tuple(self.augment.random_resized_crop_scale),
-                                               self.augment.hflip, keys[kept])
-        return images, self._targets[keep], bad
-
-    def ensure(self, indices: list[int]) -> None:
-        """Decode the images among `indices` that are not decoded yet (in threads: PIL and libjpeg release
-        the GIL while they decode)."""
-        missing = sorted({i for i in indices if not bool(self.ready[i])})
-        if not missing:
-            return
-        if self.threads > 1 and len(missing) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(min(self.threads, len(missing))) as pool:
-                list(pool.map(self._decode_one, missing))
-        else:
-            for i in missing:
-                self._decode_one(i)
-
-    def _decode_one(self, i: int) -> None:
-        from PIL import Image
-
-        path = self.samples[i][0]
-        try:
-            with open(path, "rb") as f:
-                tensor, _ = decode(f.read())
-        except (*DECODE_ERRORS, Image.DecompressionBombError) as exc:
-            self.bad[i] = f"{type(exc).__name__}: {exc}"
-        else:
-            h, w = int(tensor.shape[1]), int(tensor.shape[2])
-            if h > self.pixels.shape[2] or w > self.pixels.shape[3]:  # the file changed since its header was read
-                self.bad[i] = f"decoded {w}x{h} px, larger than its header said when the run started"
-            else:
-                self._store(i, tensor, h, w)
-        self.ready[i] = True
-
-    def _store(self, i: int, tensor: Any, h: int, w: int) -> None:
-        """The image at the top-left of its padded slot, with its last row and column repeated once into the
-        padding, so bilinear samples at the image's edge read the edge (as interpolation at a border does)."""
-        slot = self.pixels[i]
-        slot[:, :h, :w] = tensor
-        if w < slot.shape[2]:
-            slot[:, :h, w] = slot[:, :h, w - 1]
-        if h < slot.shape[1]:
-            slot[:, h, : min(w + 1, slot.shape[2])] = slot[:, h - 1, : min(w + 1, slot.shape[2])]
-        self.sizes[i, 0], self.sizes[i, 1] = h, w
-
-    def pass_done(self) -> None:
-        """After a pass over the data: decode the few images the pass did not draw (drop_last leaves up to a
-        batch out), then save the pixels once for later runs. A rank of a multi-process run sees only its
-        share; it saves nothing."""
-        if self.saved or self.cache_file is None:
-            return
-        missing = [i for i in range(len(self)) if not bool(self.ready[i])]
-        if len(missing) > max(256, len(self) // 8):
-            return
-        self.ensure(missing)
-        self.saved = save_pixels(self.cache_file, self.pixels, self.sizes, self.bad)
 
 
 def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: AugmentSpec | None, ram_bytes: int,
@@ -300,43 +177,3 @@ def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[
     from fasttrain.core.format import fmt_bytes
     return True, (f"train decodes the {len(sizes):,} images once into RAM ({fmt_bytes(pixels)}) and augments a "
                   "batch at a time, with no loader workers")
-
-
-def save_pixels(path: Path, pixels: Any, sizes: Any, bad: dict[int, str]) -> bool:
-    """Write the decoded set atomically (a temporary file renamed into place) -> whether it was written. Any
-    OSError (full disk, read-only cache) leaves no file behind and only costs the next run its decoding."""
-    import tempfile
-
-    import numpy as np
-
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, pixels=pixels.numpy(), sizes=sizes.numpy(),
-                     bad=np.array(json.dumps({str(k): v for k, v in bad.items()})))
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        return False
-
-
-def load_pixels(path: Path, count: int) -> tuple[Any, Any, dict[int, str]] | None:
-    """(pixels, sizes, bad) from a saved set of `count` images; None when there is none or it is unreadable."""
-    import zipfile
-
-    import numpy as np
-    import torch
-
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            pixels, sizes = saved["pixels"], saved["sizes"]
-            bad = {int(k): str(v) for k, v in json.loads(str(saved["bad"])).items()}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError):  # none yet, or damaged
-        return None
-    if pixels.dtype != np.uint8 or pixels.ndim != 4 or len(pixels) != count or sizes.shape != (count, 2):
-        return None
-    return torch.from_numpy(pixels), torch.from_numpy(sizes.astype(np.int32)), bad

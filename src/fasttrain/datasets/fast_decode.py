@@ -19,9 +19,12 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.datasets.bundle import BadSample
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # PIL raises these for unreadable, truncated or hostile files; torchvision's decoder raises RuntimeError.
 DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, SyntaxError, RuntimeError)
@@ -156,7 +159,7 @@ class ScaledNormalise:
 _STANDARD: list[ScaledNormalise] = []
 
 
-def normalise_batch(images: Any) -> Any:
+def normalise_batch(images: Tensor | None) -> Tensor | None:
     """A uint8 batch from a path that left normalisation to the device -> float32, normalised with the ImageNet
     statistics exactly as transforms' ToDtype + Normalize do (to float rounding); any other batch unchanged.
     Called on the training device (train's StepEngine.to_device), so on a GPU the host never does this pass."""

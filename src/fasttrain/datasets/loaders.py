@@ -157,7 +157,7 @@ def build_loaders(bundle: DataBundle, plan: Plan, *, seed: int, epoch_sampler: E
     import torch
     from torch.utils.data import DataLoader
 
-    from fasttrain.datasets.decoded import DecodedImages
+    from fasttrain.datasets.decoded_images import DecodedImages
 
     if epoch_sampler is None:
         epoch_sampler = EpochSampler(len(bundle.train), seed=seed, shuffle=True, drop_last=plan.drop_last)

@@ -11,13 +11,12 @@ is `scale` x image_size (never up), re-encodes (JPEG q90, PNG for lossless sourc
 their metadata and progressive coding, cheaper to decode), writes <name>.tar.<pid>.tmp and renames it when
 complete, then records the shard's count, sha256 and unreadable files in .prepare/<name>.json. A rerun skips
 shards that have both; the manifest is written last. DST holding another data set (a different plan) is refused.
+The plan and the destination check are datasets/prepare_plan.py, one shard's writing datasets/shard_writer.py;
+this module runs the pool and writes the manifest.
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-import math
 import os
 import queue as queue_mod
 import shutil
@@ -25,38 +24,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.files import write_text_atomic
+from fasttrain.datasets.prepare_plan import (SPLIT_SEED, STATE_DIR, VAL_FRACTION, Job, PreparePlan, check_destination,
+                                            make_plan)
+from fasttrain.datasets.shard_writer import init_worker, write_shard
 from fasttrain.datasets.shards import FORMAT, MANIFEST, manifest_checksum
 
-SHARD_MTIME = 946684800.0            # 2000-01-01T00:00:00Z on every tar member (reproducible shards)
-STATE_DIR = ".prepare"
-JPEG_QUALITY = 90
-SPLIT_SEED, VAL_FRACTION = 0, 0.1   # train's defaults: the same validation files as `train --data SRC`
-PROGRESS_EVERY = 16                 # images between a worker's progress reports
-
-
-@dataclass
-class Job:
-    split: str
-    name: str
-    items: list[tuple[int, str, int]]   # (key index, source path, class index)
-
-
-@dataclass
-class PreparePlan:
-    source: str
-    classes: list[str]
-    jobs: list[Job]
-    image_size: int
-    short_side: int
-    fingerprint: str
-    total: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 @dataclass
@@ -66,126 +45,6 @@ class Outcome:
     written_shards: int
     seconds: float
     already_done: bool = False
-
-
-# -- plan (pure apart from listing the source) ---------------------------------------------------------------
-def short_side_for(image_size: int, scale: float) -> int:
-    return max(image_size, math.ceil(image_size * scale))
-
-
-def make_plan(src: Path, image_size: int, scale: float, shard_size: int) -> PreparePlan:
-    """The jobs for SRC: its split as `train --seed 0` sees it, cut into shards."""
-    from fasttrain.datasets.image_folder import find_splits
-
-    classes, train, val = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
-    return plan_from_splits(src, classes, train, val, image_size=image_size, scale=scale, shard_size=shard_size)
-
-
-def plan_from_splits(src: Path, classes: list[str], train: list[tuple[str, int]], val: list[tuple[str, int]], *,
-                     image_size: int, scale: float, shard_size: int) -> PreparePlan:
-    """The jobs for given (path, class) lists; the fingerprint covers the settings and every file's size and mtime."""
-    short = short_side_for(image_size, scale)
-    jobs: list[Job] = []
-    for split, samples in (("train", train), ("val", val)):
-        for n, start in enumerate(range(0, len(samples), shard_size)):
-            chunk = samples[start:start + shard_size]
-            jobs.append(Job(split, f"{split}-{n:06d}.tar", [(start + i, p, c) for i, (p, c) in enumerate(chunk)]))
-    h = hashlib.sha256(json.dumps([FORMAT, classes, image_size, short, shard_size, JPEG_QUALITY]).encode())
-    for split, samples in (("train", train), ("val", val)):
-        for path, label in samples:
-            st = os.stat(path)
-            h.update(f"{split}|{os.path.relpath(path, src)}|{label}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return PreparePlan(str(src.resolve()), classes, jobs, image_size, short, h.hexdigest(), len(train) + len(val),
-                       {"train": len(train), "val": len(val)})
-
-
-def check_destination(dst: Path, plan: PreparePlan) -> str:
-    """'new' | 'resume' | 'done'; a UserError when DST holds something else."""
-    if dst.exists() and not dst.is_dir():
-        raise UserError([Problem("--out", f"{dst} is a file", "give a folder (it is created if missing)")])
-    if not dst.exists() or not any(dst.iterdir()):
-        return "new"
-    for path, state in ((dst / MANIFEST, "done"), (dst / STATE_DIR / "plan.json", "resume")):
-        if path.is_file():
-            try:
-                recorded = json.loads(path.read_text(encoding="utf-8")).get("fingerprint")
-            except (OSError, ValueError, AttributeError):
-                recorded = None
-            if recorded != plan.fingerprint:
-                raise UserError([Problem("--out", f"{dst} holds a different prepared data set (other source files "
-                                         "or settings)", "choose another --out, or delete that folder first")])
-            return state
-    raise UserError([Problem("--out", f"{dst} is not empty and holds no prepared data set",
-                             "give an empty or new folder; nothing there is overwritten")])
-
-
-# -- one shard (runs in a pool worker) -----------------------------------------------------------------------
-_progress_queue: Any = None
-
-
-def _init_worker(q: Any) -> None:
-    global _progress_queue
-    _progress_queue = q
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it terminates the pool
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def encode_one(path: str, short_side: int) -> tuple[bytes, str]:
-    """(encoded bytes, extension) of one source image with its short side at most `short_side`."""
-    from PIL import Image
-
-    with Image.open(path) as img:
-        fmt, (w, h) = img.format, img.size
-        if fmt == "JPEG" and min(w, h) >= 2 * short_side:
-            img.draft("RGB", (math.ceil(w * short_side / min(w, h)), math.ceil(h * short_side / min(w, h))))
-        rgb = img.convert("RGB")
-    w, h = rgb.size
-    if min(w, h) > short_side:
-        k = short_side / min(w, h)
-        rgb = rgb.resize((max(short_side, round(w * k)), max(short_side, round(h * k))), Image.BICUBIC,
-                         reducing_gap=3.0)
-    out = io.BytesIO()
-    if fmt == "JPEG":
-        rgb.save(out, "JPEG", quality=JPEG_QUALITY)
-        return out.getvalue(), "jpg"
-    rgb.save(out, "PNG", compress_level=1)
-    return out.getvalue(), "png"
-
-
-def write_shard(job: Job, dst: str, short_side: int) -> dict[str, Any]:
-    import webdataset as wds
-    from PIL import Image
-
-    final = Path(dst) / job.name
-    tmp = final.with_name(f"{job.name}.{os.getpid()}.tmp")
-    bad: list[list[str]] = []
-    count = since = 0
-    # A fixed member mtime: the same source gives byte-identical shards, so a resumed run's manifest and checksum
-    # equal an uninterrupted run's (webdataset would stamp the current time).
-    with wds.TarWriter(str(tmp), encoder=False, mtime=SHARD_MTIME) as sink:
-        for key, path, label in job.items:
-            try:
-                data, ext = encode_one(path, short_side)
-            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-                bad.append([path, f"{type(exc).__name__}: {exc}"])
-            else:
-                sink.write({"__key__": f"{key:08d}", ext: data, "cls": str(label).encode()})
-                count += 1
-            since += 1
-            if since >= PROGRESS_EVERY and _progress_queue is not None:
-                _progress_queue.put(since)
-                since = 0
-    if since and _progress_queue is not None:
-        _progress_queue.put(since)
-    digest = hashlib.sha256()
-    with open(tmp, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    part = {"name": job.name, "split": job.split, "count": count, "sha256": digest.hexdigest(), "bad": bad}
-    # The record first, then the rename: a shard under its final name is always a finished, recorded one.
-    write_text_atomic(Path(dst) / STATE_DIR / f"{job.name}.json", json.dumps(part))
-    os.replace(tmp, final)
-    return part
 
 
 # -- the run -------------------------------------------------------------------------------------------------
@@ -244,7 +103,7 @@ def _run_pool(pending: list[Job], dst: Path, plan: PreparePlan, workers: int, pa
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
-    pool = ctx.Pool(min(workers, len(pending)), initializer=_init_worker, initargs=(q,))
+    pool = ctx.Pool(min(workers, len(pending)), initializer=init_worker, initargs=(q,))
     previous = _install_sigterm()
     try:
         results = [pool.apply_async(write_shard, (job, str(dst), plan.short_side)) for job in pending]
@@ -273,7 +132,7 @@ def _install_sigterm() -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt("SIGTERM")
     return signal.signal(signal.SIGTERM, on_term)
 

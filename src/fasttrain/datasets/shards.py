@@ -15,10 +15,14 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.fast_decode import EncodedImages
+
+if TYPE_CHECKING:
+    from fasttrain.datasets.bundle import DataBundle
+    from fasttrain.profiles.schema import AugmentSpec
 
 MANIFEST = "manifest.json"
 FORMAT = "webdataset"
@@ -103,7 +107,7 @@ class ShardImages(EncodedImages):
         return state
 
 
-def shard_bundle(root: Path, source: str, image_size: int, augment: Any, strict: bool) -> Any:
+def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, strict: bool) -> DataBundle:
     """The DataBundle of a prepared set: classes and split as the manifest records them."""
     from fasttrain.datasets.bundle import DataBundle
     from fasttrain.datasets.transforms import train_transform, val_transform

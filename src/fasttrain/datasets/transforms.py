@@ -6,9 +6,16 @@ image dataset seeds per sample (see datasets.ImageFiles), so augmentation does n
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fasttrain.profiles.schema import AugmentSpec, OptimSpec
+
+if TYPE_CHECKING:
+    from torchvision.transforms.v2 import Compose
+
+In = TypeVar("In")    # what a dataset reads: a PIL image, uint8 pixels, any sample
+Out = TypeVar("Out")  # what the transform makes of it
 
 # ImageNet statistics: the convention timm and torchvision models are built around.
 MEAN = (0.485, 0.456, 0.406)
@@ -17,7 +24,7 @@ STD = (0.229, 0.224, 0.225)
 CROP_PCT = 0.875
 
 
-def train_transform(augment: AugmentSpec, image_size: int) -> Any:
+def train_transform(augment: AugmentSpec, image_size: int) -> Compose:
     from torchvision.transforms import v2
 
     steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=tuple(augment.random_resized_crop_scale),
@@ -36,14 +43,14 @@ def train_transform(augment: AugmentSpec, image_size: int) -> Any:
     return v2.Compose(steps)
 
 
-def val_transform(image_size: int, crop_pct: float = CROP_PCT) -> Any:
+def val_transform(image_size: int, crop_pct: float = CROP_PCT) -> Compose:
     from torchvision.transforms import v2
 
     resize = max(image_size, round(image_size / crop_pct))
     return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor()])
 
 
-def transformed(transform: Any, item: Any, sample_seed: int | None) -> Any:
+def transformed(transform: Callable[[In], Out] | None, item: In, sample_seed: int | None) -> In | Out:
     """`item` through `transform` (None: unchanged), with torch's generator seeded for this sample when a seed is
     given (seeded_call): what every dataset's __getitem__ does after reading its sample."""
     if transform is None:
@@ -53,7 +60,7 @@ def transformed(transform: Any, item: Any, sample_seed: int | None) -> Any:
     return seeded_call(transform, item, sample_seed)
 
 
-def seeded_call(transform: Any, image: Any, sample_seed: int) -> Any:
+def seeded_call(transform: Callable[[In], Out], image: In, sample_seed: int) -> Out:
     """transform(image) with torch's generator seeded for this sample: augmentation is a pure function of (seed,
     epoch, index) whatever the worker count. In the main process the generator state is restored afterwards."""
     import torch

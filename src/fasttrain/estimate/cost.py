@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # Batches of the two meta passes: 2, not 1, because BatchNorm refuses one value per channel in training mode.
 PROBE_BATCHES = (2, 4)
@@ -53,7 +56,7 @@ class ModelCost:
         return out
 
 
-def build_model(name: str, num_classes: int, image_size: int | None = None) -> Any:
+def build_model(name: str, num_classes: int, image_size: int | None = None) -> nn.Module:
     """The model on the meta device. torchvision names skip the timm import (saves seconds at the CLI)."""
     import torch
     from fasttrain.models import registry as models

@@ -13,9 +13,10 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.estimate.calibration import DeviceCeilings
+from fasttrain.estimate.cost import ModelCost
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import Profile
-from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, step_time
+from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, StepTime, step_time
 from fasttrain.core.format import fmt_bytes, plural
 
 
@@ -126,7 +127,7 @@ def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> f
     return seconds / 3600 * price_per_hour * nodes
 
 
-def forecast(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, dataset_size: int, epochs: int,
+def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilings, dataset_size: int, epochs: int,
              host_ram_bytes: int, constants: dict[str, Any], loader: LoaderSample | None = None,
              table: OpTable | None = None, cores: int | None = None,
              host_warning: HostWarning | None = None) -> Forecast:
@@ -255,7 +256,7 @@ def _prices(epoch_s: float | None, total_s: float | None, hw: Any, nodes: int) -
     }
 
 
-def bottleneck(step: Any, compute_rate: float | None, loader_rate: float | None, loader_info: dict[str, Any],
+def bottleneck(step: StepTime | None, compute_rate: float | None, loader_rate: float | None, loader_info: dict[str, Any],
                loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings,
                host_warning: HostWarning | None = None) -> dict[str, str]:
     """The one thing that limits the run, the numbers that show it, and the fix where there is one."""

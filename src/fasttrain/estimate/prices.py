@@ -10,6 +10,9 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
+from fasttrain.hardware import gpus
+from fasttrain.profiles.schema import Profile
+
 PRICE_FILE = "data/gpu_prices.csv"
 
 
@@ -43,3 +46,22 @@ def machine_prices(price: GpuPrice | None, gpus_per_machine: int) -> tuple[float
     if price is None:
         return None, None
     return per_machine(price.on_demand_per_hour), per_machine(price.spot_per_hour)
+
+
+def priced_for(profile: Profile, gpu_flag: str | None) -> tuple[Profile, str | None, str | None]:
+    """(the profile with the hourly prices of the GPU the forecast is for, where they come from, what is unknown).
+
+    The profile's price fields are for its own machine: kept for its own GPU. Another GPU (--gpu, --compare gpus)
+    is priced per GPU from data/gpu_prices.csv x GPUs per machine; without a row, unknown."""
+    hw = profile.hardware
+    own = gpus.find_gpu(hw.gpu) if hw.gpu else None
+    spec = gpus.get_gpu(gpu_flag) if gpu_flag else own
+    if spec is None or spec is own:
+        priced = hw.price_on_demand_per_hour is not None or hw.price_spot_per_hour is not None
+        return profile, (f"profile {profile.name}" if priced else None), None
+    row = load_prices().get(spec.name)
+    on, spot = machine_prices(row, profile.world.gpus_per_node)
+    hw = hw.model_copy(update={"price_on_demand_per_hour": on, "price_spot_per_hour": spot})
+    source = f"{PRICE_FILE}: {row.provider}" if row else None
+    unpriced = None if row else f"hourly price of {spec.name} (no row in {PRICE_FILE})"
+    return profile.model_copy(update={"hardware": hw}), source, unpriced

@@ -1,10 +1,15 @@
-"""Render a Forecast (and --compare / --measure results) as Rich tables. No arithmetic here."""
+"""Render an estimate: the Forecast (and --compare / --measure results) as Rich tables. No arithmetic here."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration, plural
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fasttrain.estimate.result import Estimate
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -31,7 +36,7 @@ def _feed_words(ld: dict[str, Any]) -> str:
     return "keeps up" if ld["keeps_up"] else f"needs {plural(ld['workers_needed'], 'worker')}"
 
 
-def render_forecast(fc: Forecast, out: Any, header: str) -> None:
+def render_forecast(fc: Forecast, out: Console, header: str) -> None:
     m, s, sp, sch = fc.model, fc.schedule, fc.speed, fc.schedule
     out.print(header)
     t = _table("model cost (meta device, per sample)")
@@ -140,7 +145,7 @@ def _price(per_hour: float | None) -> str:
     return "unknown $/h" if per_hour is None else f"${per_hour:,.2f}/h"
 
 
-def render_compare(rows: list[dict[str, Any]], kind: str, out: Any) -> None:
+def render_compare(rows: list[dict[str, Any]], kind: str, out: Console) -> None:
     from rich.table import Table
     table = Table(title=f"the same model on every {'preset' if kind == 'presets' else 'GPU in the spec file'}, "
                         "fastest first", title_justify="left")
@@ -170,7 +175,7 @@ def measure_titles(result: dict[str, Any], forecast_device: str | None) -> tuple
     return apart, title, f"forecast ({here})"
 
 
-def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None = None) -> None:
+def render_measure(result: dict[str, Any], out: Console, forecast_device: str | None = None) -> None:
     from rich.table import Table
     apart, title, column = measure_titles(result, forecast_device)
     if apart:
@@ -186,3 +191,18 @@ def render_measure(result: dict[str, Any], out: Any, forecast_device: str | None
         table.add_row(label, "unknown" if f is None else show(f), "-" if m is None else show(m), ratio)
     out.print(table)
     out.print(result["note"])
+
+
+def render_estimate(est: Estimate, model: str, out: Console) -> None:
+    """`estimate`: the forecast under a title naming the model, profile, device and data; the notes; then the
+    --measure comparison and the --compare table when asked."""
+    fc, target = est.forecast, est.target
+    render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{est.profile}[/] on {fc.device['name']} "
+                             f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
+                             f"data: {est.dataset_size_source}")
+    for note in est.notes:
+        out.print(f"note: {note}", highlight=False)
+    if est.measured is not None:
+        render_measure(est.measured, out, None if target.where == "this machine" else fc.device["name"])
+    if est.compare_rows is not None:
+        render_compare(est.compare_rows, est.compare_kind, out)

@@ -10,10 +10,13 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def builtin_models() -> dict[str, Callable[..., Any]]:
@@ -110,7 +113,7 @@ def _call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_siz
                                  "takes it)")]) from exc
 
 
-def check_model(model: Any, spec: str) -> Any:
+def check_model(model: object, spec: str) -> nn.Module:
     """`model` itself when it is a torch.nn.Module, else a UserError saying what the builder returned."""
     import torch
 
@@ -134,7 +137,7 @@ def check_num_classes(num_classes: object, where: str = "--num-classes") -> int:
 
 
 def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans: int = 3,
-                 image_size: int | None = None) -> Any:
+                 image_size: int | None = None) -> nn.Module:
     """A torch.nn.Module for `name`; bad names are a UserError with close matches.
 
     `image_size`: models built for one input size (timm ViTs, Swin: `fixed_input_size`) are built for this

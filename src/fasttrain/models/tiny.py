@@ -1,10 +1,13 @@
 """fasttrain's own small models: fast enough to train on a 2-core CPU in the demo and the tests."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
-def tiny_cnn(num_classes: int = 10, in_chans: int = 3, width: int = 32) -> Any:
+def tiny_cnn(num_classes: int = 10, in_chans: int = 3, width: int = 32) -> nn.Module:
     """Four conv blocks with batch norm and a global pool: learns the built-in shapes set in a few epochs."""
     from torch import nn
 

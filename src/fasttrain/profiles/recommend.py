@@ -17,6 +17,7 @@ from typing import Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.profiles import presets
+from fasttrain.profiles.files import preset_names
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 from fasttrain.core.format import fmt_bytes
@@ -44,7 +45,7 @@ def _model_token(name: str) -> str | None:
 def _gpu_presets() -> tuple[tuple[str, HardwareSpec], ...]:
     """(name, hardware) of every shipped preset that targets a GPU, in name order (ties resolve by it)."""
     out = []
-    for name in presets.preset_names():
+    for name in preset_names():
         hw = presets.resolve_file_only(name).profile.hardware
         if hw.gpu:
             out.append((name, hw))
@@ -90,7 +91,7 @@ class Recommendation:
     changes: dict[str, Any] = field(default_factory=dict)  # only the keys whose value differs from the preset
     notes: list[str] = field(default_factory=list)
 
-    def set(self, key: str, value: Any, reason: str) -> None:
+    def set(self, key: str, value: bool | int | float | str | None, reason: str) -> None:
         self.settings[key] = value
         self.reasons[key] = reason
 

@@ -11,6 +11,9 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.core.format import fmt_bytes, plural
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fasttrain.profiles.presets import Resolved
     from fasttrain.profiles.schema import Profile
 
 
@@ -62,7 +65,7 @@ def derived_lines(p: Profile, dataset_size: int | None) -> list[tuple[str, str, 
     return rows
 
 
-def render_list(rows: list[dict[str, Any]], broken: list[dict[str, Any]], out: Any) -> None:
+def render_list(rows: list[dict[str, Any]], broken: list[dict[str, Any]], out: Console) -> None:
     """`profiles list`: one table row per valid preset, then the presets that failed to load."""
     from rich.table import Table
 
@@ -80,7 +83,7 @@ def render_list(rows: list[dict[str, Any]], broken: list[dict[str, Any]], out: A
         out.print(f"[red]invalid preset {b['name']}[/]: " + "; ".join(b["errors"]))
 
 
-def render_show(res: Any, dataset_size: int | None, out: Any) -> None:
+def render_show(res: Resolved, dataset_size: int | None, out: Console) -> None:
     """`profiles show`: each section's values with where they came from, then the derived values."""
     from rich.table import Table
 

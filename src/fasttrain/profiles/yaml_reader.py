@@ -28,7 +28,7 @@ class _ProfileLoader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         self._depth += 1
         self._nodes += 1
         try:
@@ -40,7 +40,7 @@ class _ProfileLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
         except yaml.YAMLError:
@@ -50,12 +50,12 @@ class _ProfileLoader(yaml.SafeLoader):
                 None, None, f"cannot read this value ({clip(str(exc), 80)})", node.start_mark) from None
 
 
-def _check_tree(root: Any) -> None:
+def _check_tree(root: yaml.Node) -> None:
     """Refuse a composed document whose alias-expanded tree is too big, too deep, or contains itself."""
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth), aliases share entries
     active: set[int] = set()
 
-    def visit(node: Any) -> tuple[int, int]:
+    def visit(node: yaml.Node) -> tuple[int, int]:
         key = id(node)
         if key in sizes:
             return sizes[key]

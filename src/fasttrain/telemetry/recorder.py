@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fasttrain.telemetry.readers import GpuReader, host_sample
+from fasttrain.telemetry.stats import epoch_totals, time_split, window_rates
 
 # Steps kept in the rolling window: ~a few seconds of training at typical step times, enough to
 # smooth out one slow batch without hiding a change of regime for long.
@@ -230,19 +231,9 @@ class Telemetry:
             skipped = self._skipped_total
             sample_error = self._sample_error
         sum_img, sum_dw, sum_h2d, sum_comp = sums
-        parts = sum_dw + sum_h2d + sum_comp
-        it_per_s = images_per_s = step_time = None
-        span = newest - oldest
-        if n >= 2 and span > 0:
-            # n timestamps bound n-1 intervals; the oldest batch finished at the window's start.
-            it_per_s = (n - 1) / span
-            images_per_s = (sum_img - oldest_img) / span
-            step_time = span / (n - 1)
-        elif n and parts > 0:  # one batch so far: its measured parts are all we know
-            step_time = parts / n
-            it_per_s = 1.0 / step_time
-            images_per_s = sum_img / parts
-        snap: dict[str, Any] = {
+        it_per_s, images_per_s, step_time = window_rates(n, newest - oldest, sum_img, oldest_img,
+                                                         sum_dw + sum_h2d + sum_comp)
+        return {
             "device": self.device,
             "steps_seen": seen,
             "window_steps": n,
@@ -258,10 +249,9 @@ class Telemetry:
             "data_wait_s": sum_dw / n if n else None,
             "h2d_s": sum_h2d / n if n else None,
             "compute_s": sum_comp / n if n else None,
-            "data_wait_fraction": sum_dw / parts if parts > 0 else None,
-            "h2d_fraction": sum_h2d / parts if parts > 0 else None,
-            "compute_fraction": sum_comp / parts if parts > 0 else None,
-            "eta_epoch_s": None,
+            **time_split(sum_dw, sum_h2d, sum_comp),
+            "eta_epoch_s": (max(0, last.batches_in_epoch - last.batch_index - 1) * step_time
+                            if last is not None and step_time is not None else None),
             "skipped_steps": skipped,
             **latest,
             "gpu_reason": getattr(self._gpu, "reason", None),
@@ -269,9 +259,6 @@ class Telemetry:
             "sample_error": sample_error,
             **samples,
         }
-        if last is not None and step_time is not None:
-            snap["eta_epoch_s"] = max(0, last.batches_in_epoch - last.batch_index - 1) * step_time
-        return snap
 
     def epoch_stats(self, reset: bool = True) -> dict[str, Any]:
         """Totals since the last reset (one epoch): batches, images, wall time, images/s, time split, mean loss."""
@@ -286,25 +273,8 @@ class Telemetry:
             peak = self._samples.get("gpu_mem_peak_bytes")
             if reset:
                 self._reset_epoch()
-        parts = dw + h2d + comp
-        return {
-            "batches": batches,
-            "images": images,
-            "time_s": wall,
-            "images_per_s": images / wall if wall > 0 else None,
-            "it_per_s": batches / wall if wall > 0 else None,
-            "data_wait_s": dw,
-            "h2d_s": h2d,
-            "compute_s": comp,
-            "data_wait_fraction": dw / parts if parts > 0 else None,
-            "h2d_fraction": h2d / parts if parts > 0 else None,
-            "compute_fraction": comp / parts if parts > 0 else None,
-            "train_loss": loss,
-            "skipped_steps": skipped,
-            "gpu_util_mean_pct": util,
-            "gpu_power_mean_w": power,
-            "gpu_mem_peak_bytes": peak,
-        }
+        return epoch_totals(batches, images, wall, dw, h2d, comp, train_loss=loss, skipped_steps=skipped,
+                            gpu_util_mean_pct=util, gpu_power_mean_w=power, gpu_mem_peak_bytes=peak)
 
     def reset(self) -> None:
         """Forget everything (window, latest values, epoch totals); the sampler keeps running."""

@@ -18,6 +18,7 @@ from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
 from fasttrain.tuning.advice import advise
+from fasttrain.tuning.store import SettingValue
 from fasttrain.tuning.store import Measurement
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
@@ -182,7 +183,7 @@ def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
 
 
 # --set fragment -> (tuning setting, value) in the measurement cache.
-_MEASURED_AS = {"speed.precision=bf16-mixed": ("precision", "bf16-mixed"), "speed.compile=true": ("compile", True),
+_MEASURED_AS: dict[str, tuple[str, SettingValue]] = {"speed.precision=bf16-mixed": ("precision", "bf16-mixed"), "speed.compile=true": ("compile", True),
                 "speed.channels_last=true": ("channels_last", True), "speed.fused_optimizer=true":
                 ("fused_optimizer", True), "speed.precision=fp16-mixed": ("precision", "fp16-mixed")}
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fasttrain.core.format import plural
-from fasttrain.tuning.store import Measurement
+from fasttrain.tuning.store import Measurement, SettingValue
 
 LABELS = {"compile": "compile", "fused_optimizer": "fused optimizer", "channels_last": "channels_last",
           "precision": "autocast", "workers": "loader workers", "threads": "compute threads",
@@ -36,7 +36,7 @@ def describe(m: Measurement) -> str:
     return f"{label}{value}: {m.ratio:.2f}x here ({m.source}, {m.date}{detail})"
 
 
-def latest(setting: str, value: Any, measurements: list[Measurement]) -> Measurement | None:
+def latest(setting: str, value: SettingValue, measurements: list[Measurement]) -> Measurement | None:
     """The newest measurement of `setting` at `value` (measurements come oldest first). Pure."""
     found = [m for m in measurements if m.setting == setting and m.value == value]
     return found[-1] if found else None
@@ -48,7 +48,7 @@ def latest_of(setting: str, measurements: list[Measurement]) -> Measurement | No
     return found[-1] if found else None
 
 
-def advise(setting: str, value: Any, measurements: list[Measurement]) -> Advice:
+def advise(setting: str, value: SettingValue, measurements: list[Measurement]) -> Advice:
     """Whether `setting=value` is worth suggesting here, and the words that say why. Pure."""
     m = latest(setting, value, measurements)
     if m is None:
@@ -57,7 +57,7 @@ def advise(setting: str, value: Any, measurements: list[Measurement]) -> Advice:
     return Advice(setting, value, m.ratio > 1 + NOISE, m, describe(m))
 
 
-def measured_slower(setting: str, value: Any, measurements: list[Measurement]) -> bool:
+def measured_slower(setting: str, value: SettingValue, measurements: list[Measurement]) -> bool:
     m = latest(setting, value, measurements)
     return m is not None and m.ratio < 1 - NOISE
 

@@ -37,12 +37,16 @@ class TrialKey:
                                           self.torch))
 
 
+# A measured setting's value: True (switched on), a count (workers, threads) or a name (a precision).
+SettingValue = bool | int | str
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One setting measured here: `ratio` is images/s with `value` over images/s without it (>1: faster)."""
 
     setting: str       # workers | threads | precision | channels_last | fused_optimizer | compile | cudnn_benchmark
-    value: Any
+    value: SettingValue
     ratio: float
     source: str        # "train trial" | "bench speedups" | "bench loader"
     date: str          # YYYY-MM-DD

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from fasttrain.telemetry import verdict as vd
 from fasttrain.plan import Plan
@@ -24,13 +24,18 @@ from fasttrain.core.console import is_tty
 from fasttrain.train.events import RunEnd, StepEvent
 from fasttrain.ui.dashboard_format import epoch_columns, epoch_labels, fmt_value, plain_line
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from fasttrain.telemetry.recorder import StepRecord
+
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
 REFRESH_PER_SECOND = 4
 LIVE_MESSAGES = 4
 
 
-def choose_mode(quiet: bool, stream: Any = None) -> str:
+def choose_mode(quiet: bool, stream: TextIO | None = None) -> str:
     """quiet wins; a real terminal gets the live screen; pipes, files and CI get plain lines."""
     if quiet:
         return "quiet"
@@ -93,7 +98,7 @@ class Dashboard:
             self._closed = True
 
     @property
-    def console(self) -> Any:
+    def console(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
@@ -101,7 +106,7 @@ class Dashboard:
         return self._console
 
     # -- the loop's calls ------------------------------------------------------------------------
-    def update(self, snapshot: dict[str, Any] | None, rec: Any = None) -> None:
+    def update(self, snapshot: dict[str, Any] | None, rec: StepRecord | None = None) -> None:
         """Store the latest figures; redraw (live) or write a line (plain) when the throttle allows."""
         if snapshot is not None:
             self._snap = snapshot
@@ -222,7 +227,7 @@ class Dashboard:
 
             return Text(f"dashboard error: {exc.__class__.__name__}: {exc}")
 
-    def render(self) -> Any:
+    def render(self) -> RenderableType:
         """The live screen as one Rich renderable (also used by tests)."""
         from fasttrain.ui import dashboard_view
 

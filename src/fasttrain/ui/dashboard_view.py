@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
@@ -86,7 +86,8 @@ class EpochTable:
         self._key: tuple[int, int] | None = None   # (rows rendered, console width)
         self._segments: Segments | None = None
 
-    def segments(self, rows: Sequence[dict[str, Any]], console: Any, data_kind: str = "images") -> Segments | None:
+    def segments(self, rows: Sequence[dict[str, Any]], console: Console,
+                 data_kind: str = "images") -> Segments | None:
         if not rows:
             return None
         key = (len(rows), console.width)
@@ -101,7 +102,7 @@ class EpochTable:
         return self._segments
 
 
-def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console: Any) -> Group:
+def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console: Console) -> Group:
     width = console.width
     parts: list[Any] = [Text(header(model.plan, width), style="bold"), _progress(model, snap, width)]
     parts += _figures(model, snap)
