@@ -131,3 +131,16 @@ def test_show_the_a10g_notes_multi_gpu_table(cli, gpus: int, batch: int, workers
     assert (derived["effective_batch"], derived["total_workers"], derived["scaled_lr"]) == (batch, workers, lr)
     assert derived["loader_ram_bytes"] == json.loads(cli("profiles", "show", "aws-a10g", "--json").out)[
         "derived"]["loader_ram_bytes"], "loader RAM is per machine: one GPU each, so it does not grow"
+
+
+def test_validate_json_with_problems_is_one_document_with_the_error_inside(cli, tmp_path: Path) -> None:
+    """An invalid file under --json: exit 2 through UserError (not a bare exit), the report and the error in one
+    JSON object on stdout, and the same one-line reasons on stderr as without --json."""
+    bad = write(tmp_path, "bad.yaml", "loader:\n  batch_size: 0\n")
+    r = cli("profiles", "validate", bad, "--json")
+    assert r.code == 2
+    data = json.loads(r.out)  # one document: a second one would make this fail
+    assert data["valid"] is False and data["files"][bad]["valid"] is False
+    assert data["error"]["code"] == 2 and "1 of 1 profile file(s) invalid" in data["error"]["title"]
+    assert any("loader.batch_size" in p["where"] + p["message"] for p in data["error"]["problems"])
+    assert "error:" in r.err and "loader.batch_size" in r.err

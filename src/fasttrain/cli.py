@@ -135,15 +135,17 @@ def _json_value(value: object) -> object:
     return shown_value(value)
 
 
-def _print_json_error(code: int, problems: list[dict[str, object]], title: str = "") -> None:
+def _print_json_error(code: int, problems: list[dict[str, object]], title: str = "",
+                      result: dict[str, object] | None = None) -> None:
     """Under --json an error is a JSON object on stdout too: {"error": {"code", "problems": [{where, message,
-    fix, value}]}}, so a script reading stdout gets JSON whatever happens (the reasons also go to stderr)."""
+    fix, value}]}} (inside the command's own `result` when it has one), so a script reading stdout gets one JSON
+    document whatever happens (the reasons also go to stderr)."""
     import json
 
     error: dict[str, object] = {"code": code, "problems": problems}
     if title:
         error["title"] = title
-    print(json.dumps({"error": error}, indent=2, ensure_ascii=False))
+    print(json.dumps({**(result or {}), "error": error}, indent=2, ensure_ascii=False))
     sys.stdout.flush()
 
 
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if _debugging(argv):
             raise
         if _wants_json(argv):
-            _print_json_error(exc.exit_code, _user_error_problems(exc), exc.title)
+            _print_json_error(exc.exit_code, _user_error_problems(exc), exc.title, exc.result)
         for line in exc.lines():
             print(f"{me}: error: {line}", file=sys.stderr)
         return exc.exit_code

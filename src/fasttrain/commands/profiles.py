@@ -81,10 +81,12 @@ def validate_cmd(
             report[ref] = {"valid": False, "errors": [p.line() for p in exc.problems], "notes": []}
             problems += [Problem(f"{ref}: {p.where}" if not p.where.startswith(ref) else p.where,
                                  p.message, p.fix, p.value) for p in exc.problems]
+    bad = sum(1 for r in report.values() if not r["valid"])
+    title = f"{bad} of {len(files)} profile file(s) invalid, {len(problems)} problem(s):"
     if as_json:
-        print_json({"files": report, "valid": not problems})
-        if problems:
-            raise typer.Exit(2)
+        if problems:  # cli.main prints the report with the error inside it: one JSON document on stdout
+            raise UserError(problems, title=title, result={"files": report, "valid": False})
+        print_json({"files": report, "valid": True})
         return
     out = console()
     for ref, r in report.items():
@@ -93,5 +95,4 @@ def validate_cmd(
             for n in r["notes"]:
                 out.print(f"    note: {n}")
     if problems:
-        bad = sum(1 for r in report.values() if not r["valid"])
-        raise UserError(problems, title=f"{bad} of {len(files)} profile file(s) invalid, {len(problems)} problem(s):")
+        raise UserError(problems, title=title)

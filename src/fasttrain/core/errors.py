@@ -69,11 +69,14 @@ class UserError(Exception):
 
     exit_code = 2
 
-    def __init__(self, problems: list[Problem] | str, *, title: str = ""):
+    def __init__(self, problems: list[Problem] | str, *, title: str = "", result: dict[str, object] | None = None):
+        """`result`: what the command reports under --json beside the error (e.g. `profiles validate`'s per-file
+        report); the error object goes into it, so stdout stays one JSON document."""
         if isinstance(problems, str):
             problems = [Problem(where="error", message=problems)]
         self.problems = [p for p in problems if p.severity == "error"] or list(problems)
         self.title = title
+        self.result = result
         super().__init__("\n".join(p.line() for p in self.problems[:MAX_LINES]))
 
     def lines(self) -> list[str]:
