@@ -32,7 +32,7 @@ from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.hardware.machine import probe
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.trainer import Trainer
-from fasttrain.train.loop.step import window_length
+from fasttrain.train.loop.batches import window_length
 
 BASE = ["speed.precision=fp32", "speed.channels_last=false", "speed.compile=false", "loader.num_workers=1",
         "loader.prefetch_factor=2", "loader.persistent_workers=true", "loader.batch_size=64"]

@@ -72,7 +72,25 @@ def test_shape_mismatch_names_the_file_and_the_tensor(tmp_path: Path) -> None:
 
 def test_policy_writes_last_best_and_every_n(tmp_path: Path) -> None:
     policy = ck.CheckpointPolicy(tmp_path, every_epochs=2)
-    payload = _payload(tiny_mlp())
-    policy.save_epoch(payload, epoch=0, is_best=True)
-    policy.save_epoch(payload, epoch=1, is_best=False)
+    model = tiny_mlp()
+    payload = _payload(model)
+    policy.save_last(payload)
+    policy.save_best(ck.weights_payload(model.state_dict(), epoch=1, val_acc1=0.5))
+    assert policy.save_numbered(payload, epoch=0) is None and not policy.numbered_due(0)
+    assert policy.numbered_due(1) and policy.save_numbered(payload, epoch=1) == tmp_path / "epoch_0002.pt"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch_0002.pt", "last.pt"]
+
+
+def test_best_pt_opens_with_plain_torch_load_and_is_not_a_resume_point(tmp_path: Path) -> None:
+    """torch.load's default is weights_only=True: best.pt holds tensors, numbers and strings only."""
+    policy = ck.CheckpointPolicy(tmp_path)
+    model = tiny_mlp(seed=3)
+    policy.save_last(_payload(model))
+    policy.save_best(ck.weights_payload(model.state_dict(), epoch=2, val_acc1=0.75))
+    best = torch.load(tmp_path / "best.pt")  # the default: weights only
+    assert best["epoch"] == 2 and best["val_acc1"] == 0.75
+    fresh = tiny_mlp(seed=4)
+    fresh.load_state_dict(best["model"])
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
+    assert ck.load(tmp_path / "best.pt")["model"].keys() == model.state_dict().keys()  # checked like any other
+    assert ck.candidates(tmp_path) == [tmp_path / "last.pt"] and ck.weights_only(tmp_path / "best.pt")

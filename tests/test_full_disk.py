@@ -1,7 +1,7 @@
 """A real full file system: a tiny training into a small tmpfs (`--runs-dir` there, the data outside).
 
-tiny_cnn's checkpoint (weights and AdamW state) is about 2.9 MiB. On 8 MiB, epoch 1's last.pt and best.pt fit
-and epoch 2's last.pt does not; on 3 MiB filled up to its last few KiB, nothing of the run fits: profile.yaml,
+tiny_cnn's last.pt (weights and AdamW state) is about 2.9 MiB, its best.pt (weights only) about 1 MiB. On 6 MiB,
+epoch 1's last.pt and best.pt fit and epoch 2's last.pt (written beside the old one, then renamed) does not; on 3 MiB filled up to its last few KiB, nothing of the run fits: profile.yaml,
 metrics.jsonl, TensorBoard, every checkpoint and summary.json all meet ENOSPC (torch reports it as
 `RuntimeError: [enforce fail at inline_container.cc] . unexpected pos ...`). Either run must end as documented:
 exit 0, a warning line, no traceback, no temporary file, the previous checkpoint loadable.
@@ -46,8 +46,8 @@ def _mount(where: Path, size: str) -> Iterator[Path]:
 
 
 @pytest.fixture
-def disk8(tmp_path: Path) -> Iterator[Path]:
-    yield from _mount(tmp_path / "disk8", "8m")
+def disk6(tmp_path: Path) -> Iterator[Path]:
+    yield from _mount(tmp_path / "disk6", "6m")
 
 
 @pytest.fixture
@@ -60,11 +60,11 @@ def _train(work: Path, runs: Path, *args: str) -> subprocess.CompletedProcess[st
                           "--runs-dir", str(runs), "--run-name", "r", "--json", *args, env=ENV, cwd=work, timeout=240)
 
 
-def test_second_checkpoint_does_not_fit_on_8_mib(work: Path, disk8: Path) -> None:
-    proc = _train(work, disk8)
+def test_second_checkpoint_does_not_fit_on_6_mib(work: Path, disk6: Path) -> None:
+    proc = _train(work, disk6)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "enforce fail" not in proc.stderr
-    run = disk8 / "r"
+    run = disk6 / "r"
     assert f"warning: could not save checkpoint {run / 'last.pt'}: the disk is full" in proc.stderr
     assert "the previous last.pt is kept" in proc.stderr
     assert ck.load(run / "last.pt", complete=True)["epoch"] == 1  # epoch 1's, whole and verified

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fasttrain.train.loop.step import window_length
+from fasttrain.train.loop.batches import window_length
 from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.synthetic import run_synthetic_steps
 from loop_helpers import cpu_plan, make_trainer, tiny_mlp

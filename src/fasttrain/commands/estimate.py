@@ -45,6 +45,8 @@ def estimate_cmd(
     compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
     nproc_per_node: Optional[int] = options.nproc_per_node_option(),
     nnodes: Optional[int] = options.nnodes_option(),
+    time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION",
+                                              help="What a budget (90s, 15m, 2h, 1h30m) buys: epochs and images."),
     as_json: bool = options.json_option(),
 ) -> None:
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
@@ -75,6 +77,10 @@ def estimate_cmd(
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
     # compute (refused here, before --measure or --compare spend any time, when no full batch fits)
     est = estimate_result(ref, resolved, fc, target, req.dataset_size_source, auto_note, decoding)
+    if time_budget is not None:
+        from fasttrain.estimate.result import budget_buys
+        from fasttrain.train.setup.budget_args import parse_duration
+        est = dataclasses.replace(est, budget=budget_buys(parse_duration(time_budget), fc))
     if measure:
         est = dataclasses.replace(est, measured=_measure(prof, req, local, measure_steps))
     if compare:

@@ -71,6 +71,13 @@ def train_cmd(
                                                 help="Where node 0 waits for the others (needed with --nnodes > 1)."),
     no_tune: bool = typer.Option(False, "--no-tune", help="Skip the short timed trial of the candidate speed "
                                  "settings before the first epoch (and any cached result of one)."),
+    time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION", rich_help_panel="Time budget",
+                                              help="The whole run's time (90s, 15m, 2h, 1h30m): the schedule ends at "
+                                                   "it, with the last validation and checkpoint inside it."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", metavar="HH:MM", rich_help_panel="Time budget",
+                                           help="Be done by this time of day (local clock)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", rich_help_panel="Time budget",
+                                             help="Spend at most this, at the profile's hourly price."),
     rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
                                      rich_help_panel="Several GPUs",
                                      help="How long the machines get to find each other."),
@@ -78,6 +85,7 @@ def train_cmd(
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain.train.setup import prepare as train_prep
     from fasttrain.train.run import execute as train_run
+    from fasttrain.train.setup.budget_args import parse_duration
     from fasttrain.train.types import LaunchSpec, TrainArgs, parse_batch_size
     from fasttrain.core.console import console, print_json
 
@@ -96,7 +104,8 @@ def train_cmd(
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=parse_batch_size(batch_size) if batch_size is not None else None,
-                               launch=launch, no_tune=no_tune,
+                               launch=launch, no_tune=no_tune, deadline=deadline, max_cost=max_cost,
+                               time_budget=parse_duration(time_budget) if time_budget is not None else None,
                                explicit=given)
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:

@@ -20,6 +20,7 @@ from fasttrain.doctor import host as h
 from pathlib import Path
 
 from fasttrain.doctor.findings import Context, Finding
+from fasttrain.doctor.session import rule_session_limit
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import HardwareReport
@@ -43,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     h.rule_input_path,
     h.rule_disk_free,
     h.rule_env,
+    rule_session_limit,
 )
 
 

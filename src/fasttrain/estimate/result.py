@@ -22,6 +22,7 @@ class Estimate:
     measured: dict[str, Any] | None = None        # --measure: the forecast here beside a few real steps
     compare_rows: list[dict[str, Any]] | None = None   # --compare: one row per preset or GPU
     compare_kind: str = "presets"                 # or gpus
+    budget: dict[str, Any] | None = None          # --time-budget: what it buys (budget_buys)
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"profile": self.profile, "target": self.target.where,
@@ -31,7 +32,23 @@ class Estimate:
             payload["measure"] = self.measured
         if self.compare_rows is not None:
             payload["compare"] = {"kind": self.compare_kind, "rows": self.compare_rows}
+        if self.budget is not None:
+            payload["time_budget"] = self.budget
         return payload
+
+
+def budget_buys(budget_s: float, forecast: Forecast) -> dict[str, Any]:
+    """What `train --time-budget` buys on the forecast's target: epochs (fractional: the last one may end early),
+    images and optimizer steps, from the forecast's epoch time. The process's own start-up and the final
+    validation are left out (train measures and reserves them; on a GPU they are seconds). Pure."""
+    epoch_s = forecast.time.get("epoch_s")
+    per_epoch = forecast.schedule["optimizer_steps_per_epoch"]
+    images_per_epoch = forecast.schedule["iterations_per_epoch"] * forecast.schedule["batch_size"] * \
+        forecast.schedule["world_size"]
+    epochs = budget_s / epoch_s if epoch_s else None
+    return {"budget_s": budget_s, "epoch_s": epoch_s, "epochs": epochs,
+            "images": int(epochs * images_per_epoch) if epochs is not None else None,
+            "optimizer_steps": int(epochs * per_epoch) if epochs is not None else None}
 
 
 def estimate_result(profile: str, resolved: Resolved, forecast: Forecast, target: Target, dataset_size_source: str,

@@ -99,6 +99,8 @@ class OptimSpec(_Section):
     plateau_patience: int = Field(3, ge=0, le=100_000)
     epochs: int = Field(10, gt=0, le=100_000)
     early_stopping_patience: int | None = Field(None, gt=0, le=100_000, description="epochs without val improvement")
+    ema_decay: float | None = Field(None, gt=0, lt=1, description="validate an exponential moving average of the "
+                                    "weights (timm's ModelEmaV3 with warm-up); null: the weights as trained")
 
 
 class AugmentSpec(_Section):

@@ -94,6 +94,9 @@ class TrainArgs:
     batch_size: BatchSize | None = None  # None: the profile's loader.batch_size
     launch: LaunchSpec | None = None     # --nproc-per-node ...: this process starts the workers
     no_tune: bool = False                # --no-tune: no timed trial of the candidate settings (trial/tune.py)
+    time_budget: float | None = None     # --time-budget, seconds for the whole command (setup/budget_args.py)
+    deadline: str | None = None          # --deadline HH:MM
+    max_cost: float | None = None        # --max-cost, US dollars at the profile's price
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 

@@ -102,6 +102,14 @@ class LRSchedule:
     def advance(self) -> None:
         self.step += 1
 
+    def replan(self, total_steps: int) -> None:
+        """A time budget moved the end: the schedule now ends (cosine: at its floor) at optimizer step
+        `total_steps`. Planned before the first step, a warm-up longer than a fifth of the run is cut to that
+        (later, it is left alone: the LR must not jump)."""
+        self.total_steps = max(1, total_steps)
+        if self.step == 0:
+            self.warmup_steps = min(self.warmup_steps, self.total_steps // 5)
+
     def epoch_end(self, val_loss: float | None) -> None:
         """Plateau: divide the LR by 10 after `plateau_patience` epochs without a lower validation loss."""
         if self.schedule != "plateau" or val_loss is None or not math.isfinite(val_loss):

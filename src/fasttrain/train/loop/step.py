@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +29,7 @@ from fasttrain.models.setup import CompileGuard, prepare_model
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.batches import Batch, unpack_batch, window_length
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
@@ -37,8 +38,6 @@ from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_preci
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
 
-# What a loader hands over: (images, targets[, extra...]) or a dict with "images" and "targets".
-Batch = Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class StepEngine:
         self.cuda = self.device.type == "cuda"
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.guard = NonFiniteGuard(self.device)
+        self.ema: Any = None    # timm.utils.ModelEmaV3 over the module when optim.ema_decay asks for it
         self.notes = list(notes or [])  # what getting the model ready said (threads, checkpointing, ...)
         self.warnings = warnings or Warnings(lambda text: None)
 
@@ -105,8 +105,12 @@ class StepEngine:
         settings = StepSettings(accumulation, plan.channels_last, plan.pin_memory, optim.clip_grad_norm,
                                 optim.label_smoothing, plan.device)
         backoff = OomBackoff(plan.effective_batch, warnings, enabled=oom_backoff and dist is None)
-        return cls(module, runner, optimizer, schedule, make_precision(plan.precision, plan.device), settings,
-                   backoff, mixup=mixup, notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
+        engine = cls(module, runner, optimizer, schedule, make_precision(plan.precision, plan.device), settings,
+                     backoff, mixup=mixup, notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
+        if optim.ema_decay is not None:
+            from timm.utils import ModelEmaV3  # warm-up: the average starts short and lengthens (short runs work)
+            engine.ema = ModelEmaV3(module, decay=optim.ema_decay, use_warmup=True)
+        return engine
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self, batch: Batch, index: int, batches: int, *, epoch: int, measure: bool) -> StepOutcome:
@@ -237,6 +241,8 @@ class StepEngine:
         self.precision.optimizer_step(self.optimizer, self.params, norm)
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
+        if self.ema is not None:
+            self.ema.update(self.module, step=self.schedule.step)
         return norm
 
     # -- around the step -----------------------------------------------------------------------------
@@ -246,6 +252,12 @@ class StepEngine:
 
     def train_mode(self, training: bool) -> None:
         self.top.train(training)
+
+    @property
+    def evaluated(self) -> torch.nn.Module | None:
+        """The weights validation scores and best.pt keeps: the moving average when there is one, else None (the
+        module as trained, through its runner)."""
+        return self.ema.module if self.ema is not None else None
 
     def compiled_step_ok(self) -> None:
         """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
@@ -277,17 +289,3 @@ class StepEngine:
                 p.grad = old
             elif old is not None:
                 p.grad.add_(old)
-
-
-def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) -> tuple[int, bool]:
-    """(length of the accumulation window holding this batch, whether this batch closes it). Pure."""
-    start = (batch_index // accumulation) * accumulation
-    length = min(accumulation, batches_in_epoch - start) if batches_in_epoch > 0 else accumulation
-    return max(1, length), batch_index - start == length - 1
-
-
-def unpack_batch(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images, targets) or (images, targets, extra...) as a DataLoader hands it over, or a dict of them."""
-    if isinstance(batch, Mapping):
-        return batch["images"], batch["targets"]
-    return batch[0], batch[1]

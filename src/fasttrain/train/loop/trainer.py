@@ -20,16 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.budget import BudgetPace
+from fasttrain.train.loop.checkpointing import Checkpointer, restore_rank_rng
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
+from fasttrain.train.loop.epoch_row import epoch_figures
 from fasttrain.train.loop.epoch_sums import EpochSums
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
 from fasttrain.train.loop.validation import evaluate
 from fasttrain.train.signals.stop_control import StopControl
-from fasttrain.train.state.checkpoint import load_model_state, restore_rng_states, rng_states
+from fasttrain.train.state.checkpoint import rng_states
 from fasttrain.train.state.run_state import EpochPartial, FitProgress, Position, Resume, RunExtras, RunState
 
 if TYPE_CHECKING:
@@ -47,6 +49,8 @@ class LoopOptions:
     patience: int | None = None       # epochs without a better val acc@1 before stopping early
     before_step: Callable[[int], None] | None = None  # called with the batch index (the thread A/B's hook)
     extras: Callable[[int], RunExtras] | None = None  # the run's part of a checkpoint (arg: batches this pass)
+    launched_at: float | None = None  # time.time() when the process started: each epoch row's elapsed_s counts from it
+    budget: BudgetPace | None = None  # a time budget: when training stops, where the LR schedule ends
 
 
 class Trainer:
@@ -65,8 +69,7 @@ class Trainer:
         self.batch_in_epoch = 0                # absolute index of the next batch of this epoch
         self.pass_start = 0                    # batch this pass over the epoch began at (>0 after a resume)
         self.nonfinite_total = 0
-        self.checkpoint_errors: list[str] = []
-        self.last_good: Path | None = None     # newest checkpoint known to be complete
+        self.checkpoints = Checkpointer(self.io.checkpoints, self._warn)
         self.progress = FitProgress()
         self._start = Position(0, 0, 0)        # where fit() begins: a resumed checkpoint's position
         self._resumed: RunState | None = None
@@ -77,6 +80,11 @@ class Trainer:
     @property
     def model(self) -> torch.nn.Module:
         return self.engine.module
+
+    @property
+    def last_good(self) -> Path | None:
+        """The newest checkpoint known to be complete (None before the first)."""
+        return self.checkpoints.last_good
 
     @property
     def result(self) -> FitResult | None:
@@ -142,6 +150,8 @@ class Trainer:
                 pending, last_log = [], time.perf_counter()
             if out.closed and i + 1 < n:
                 self._stop_or_save(epoch, i, pending, sums)
+                if self.options.budget is not None and self.options.budget.after_step(out.step):
+                    break  # the budget's last step: the epoch ends here, validated and saved as any other
         self.reporter.flush(pending)
         self._partial = None
 
@@ -172,36 +182,64 @@ class Trainer:
         sanity = self.validate(val_loader, max_batches=2) if val_loader is not None else None
         self._result = FitResult(self.progress, sanity=sanity, notes=self.notes)
         stopped_early = False
-        self._restore_rng()  # after the sanity check: the next batch sees what it saw before
+        if self._resumed is not None:  # after the sanity check: the next batch sees what it saw before
+            restore_rank_rng(self._resumed, self.dist)
+        if self.options.budget is not None:
+            self.options.budget.start(self._end_estimate(sanity, val_loader))
         if self.io.telemetry is not None:
             self.io.telemetry.start()
         try:
             for epoch in range(start.finished_epochs, epochs):
                 if set_epoch is not None:
                     set_epoch(epoch)
+                epoch_started, steps_before = time.perf_counter(), self.engine.schedule.step
                 first = start.batch if epoch == start.epoch and start.batch > 0 else 0
                 row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first,
                                                               partial=self._resumed_partial(first))}
                 row.update(self._validation_row(val_loader, epoch))
-                row.update(self._epoch_figures())
+                row.update(epoch_figures(self.engine.schedule.current(), self.io, self.options.launched_at))
                 self.engine.schedule.epoch_end(row.get("val_loss"))
                 pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
                 self.batch_in_epoch = 0
-                is_best = self.progress.add_epoch(row)
-                self._checkpoint(epoch + 1, row, pass_done, epoch_end=(epoch, is_best))
+                if self.progress.add_epoch(row) and self.io.checkpoints is not None:
+                    self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
+                stopped_early = self.progress.out_of_patience(self.options.patience)
+                spent = self._budget_spent(row, time.perf_counter() - epoch_started, steps_before)
+                stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
+                self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
+                                 final=stop or stopped_early or spent or epoch + 1 >= epochs)
                 self.listeners.on_epoch_end(row)
-                if self.progress.out_of_patience(self.options.patience):
-                    stopped_early = True
+                if spent:
+                    break
+                if stopped_early:
                     self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for "
                                f"{self.options.patience} epochs")
                     break
-                if self.control.at_epoch_end() and epoch + 1 < epochs:
+                if stop:
                     raise self.control.interrupted(self.last_good, epoch + 1, 0, self.engine.schedule.step)
         finally:
             if self.io.telemetry is not None:
                 self.io.telemetry.stop()
         self._result = replace(self._result, stopped_early=stopped_early, wall_s=time.perf_counter() - started)
         return self._result
+
+    def _end_estimate(self, sanity: dict[str, Any] | None, val_loader: Iterable[Any] | None) -> float:
+        """Seconds the end of a budgeted run needs: a whole validation (the 2-batch sanity check scaled up) and
+        the final checkpoint."""
+        val_s = 0.0
+        if sanity and val_loader is not None and hasattr(val_loader, "__len__"):
+            val_s = float(sanity.get("val_s") or 0.0) * max(1, len(val_loader)) / 2
+        return val_s + self.checkpoints.expected_s(self.model, self.engine.optimizer)
+
+    def _budget_spent(self, row: dict[str, Any], epoch_s: float, steps_before: int) -> bool:
+        """A time budget re-planned from this epoch (its steps, its validation and checkpoint overhead); -> the
+        budget is spent: this was the last epoch."""
+        pace = self.options.budget
+        if pace is None:
+            return False
+        end = float(row.get("val_s") or 0.0) + self.checkpoints.expected_s(self.model, self.engine.optimizer)
+        return pace.after_epoch(row["train_s"], self.engine.schedule.step - steps_before,
+                                max(0.0, epoch_s - row["train_s"]), end)
 
     def _validation_row(self, loader: Iterable[Any] | None, epoch: int) -> dict[str, Any]:
         if loader is None:
@@ -213,20 +251,11 @@ class Trainer:
             self._warn(note)
         return row
 
-    def _epoch_figures(self) -> dict[str, Any]:
-        """The LR after the epoch, files skipped so far and telemetry's epoch figures, for the epoch's row."""
-        row: dict[str, Any] = {"lr": self.engine.schedule.current()}
-        if self.io.bad is not None:
-            row["bad_files"] = len(self.io.bad.paths)
-        if self.io.telemetry is not None:
-            row.update({f"telemetry_{k}": v for k, v in self.io.telemetry.epoch_stats().items()})
-        return row
-
     def faults(self, batch: int) -> Faults:
         """What went wrong and was survived, for the summary; `batch`: the plan's per-device batch."""
         engine = self.engine
         return Faults(list(engine.backoff.events), engine.micro_batch(batch), engine.accumulation_steps,
-                      self.nonfinite_total, list(self.checkpoint_errors), self.last_good)
+                      self.nonfinite_total, list(self.checkpoints.errors), self.last_good)
 
     # -- state ---------------------------------------------------------------------------------------
     def snapshot(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0) -> RunState:
@@ -242,57 +271,29 @@ class Trainer:
             rng=rng_states(), rng_per_rank=self.dist.gather(rng_states()) if self.dist is not None else None,
             metrics=row or {}, micro_batch_splits=engine.backoff.splits,
             oom_events=list(engine.backoff.events), nonfinite_total=self.nonfinite_total,
+            ema=engine.ema.state_dict() if engine.ema is not None else None,
             fit=FitProgress(list(self.progress.history), self.progress.best_acc1, self.progress.best_epoch,
                             self.progress.stale), extras=extras)
 
     def restore(self, resume: Resume) -> None:
-        """Continue from a checkpoint written by snapshot(): fit() then starts where it was written. Weights or
-        optimizer state that do not fit this run are a UserError naming the file."""
-        state, path = resume.state, resume.path
-        load_model_state(self.model, state.model, path)
-        try:
-            self.engine.optimizer.load_state_dict(state.optimizer)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise UserError([Problem(str(path), f"its optimizer state does not fit this run ({exc})",
-                                     "resume with the same optim.optimizer as the run that wrote it")]) from exc
-        self.engine.precision.load_state_dict(state.scaler)
-        self.engine.schedule.load_state_dict(state.schedule)
-        self.engine.backoff.restore(state.micro_batch_splits, state.oom_events)
-        self.nonfinite_total = state.nonfinite_total
-        self.progress = state.fit
-        self._start, self._resumed, self.last_good = state.position, state, Path(path)
+        """Continue from a checkpoint written by snapshot(): fit() then starts where it was written."""
+        state = self.checkpoints.restore(self.engine, resume)
+        self.nonfinite_total, self.progress = state.nonfinite_total, state.fit
+        self._start, self._resumed = state.position, state
 
     def _resumed_partial(self, first: int) -> EpochPartial | None:
         return self._resumed.partial if first and self._resumed is not None else None
 
-    def _restore_rng(self) -> None:
-        state = self._resumed
-        if state is None or state.rng is None:
-            return
-        per_rank = state.rng_per_rank or []
-        own = per_rank[self.dist.rank] if self.dist is not None and len(per_rank) == self.world else None
-        restore_rng_states(own or state.rng)
-
     def _checkpoint(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0, *,
-                    epoch_end: tuple[int, bool] | None = None) -> Path | None:
-        """Snapshot and write a checkpoint: the epoch's files at an epoch end (`epoch_end`: (epoch, is_best)),
-        else last.pt. Under DDP every rank takes part in the snapshot and rank 0 (the one with a checkpoint
-        policy) writes it. The periodic save clock starts again. -> the file written, or None."""
-        self.control.saved()
-        policy = self.io.checkpoints
-        if policy is None and self.dist is None:
+                    epoch: int | None = None, final: bool = True) -> Path | None:
+        """Snapshot the run and write last.pt (checkpointing.py): mid-epoch and `final` ones always, other epoch
+        ends (`epoch`) when the write is worth its cost. Under DDP every rank takes part in the snapshot (the RNG
+        states are gathered) and every epoch end is written, so the ranks need not agree on the clock."""
+        if self.io.checkpoints is None and self.dist is None:
             return None
         state = self.snapshot(next_epoch, row, consumed_batches)
-        if policy is None:
+        numbered = epoch is not None and self.io.checkpoints is not None and self.io.checkpoints.numbered_due(epoch)
+        if not (final or numbered or self.dist is not None or self.checkpoints.due(state)):
             return None
-        if epoch_end is None:
-            written = policy.save_last(state.to_payload())
-        else:
-            files = policy.save_epoch(state.to_payload(), *epoch_end)
-            written = files[0] if files else None
-        if written is not None:
-            self.last_good = written
-        for text in policy.errors[len(self.checkpoint_errors):]:
-            self.checkpoint_errors.append(text)
-            self._warn(text)
-        return written
+        self.control.saved()
+        return self.checkpoints.write(state, epoch=epoch)

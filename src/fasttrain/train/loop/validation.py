@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fasttrain.train.loop.step import StepEngine, unpack_batch
+from fasttrain.train.loop.batches import unpack_batch
+from fasttrain.train.loop.step import StepEngine
 
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
@@ -21,7 +22,7 @@ def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | N
     engine.train_mode(False)
     # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
     # validation shards would not all reach.
-    run = engine.module if dist is not None else engine.runner
+    run = engine.evaluated or (engine.module if dist is not None else engine.runner)
     loss_sum = torch.zeros((), device=device)
     top1 = torch.zeros((), device=device, dtype=torch.long)
     top5 = torch.zeros((), device=device, dtype=torch.long)

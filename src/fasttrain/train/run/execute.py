@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
-from fasttrain.train.run.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
+from fasttrain.train.run.summary import (budget_report, fault_report, highlights, interrupted_report, resume_command,
+                                         run_summary)
 from fasttrain.train.setup.plan_view import plan_notes
 from fasttrain.train.state.run_state import RunExtras
 from fasttrain.train.trial.tune import forecast_for_run
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from fasttrain.datasets.loaders import DecodedLoader, Loader
     from fasttrain.datasets.sampler import EpochSampler
     from fasttrain.telemetry.recorder import Telemetry
+    from fasttrain.train.loop.budget import TimeBudget
     from fasttrain.train.loop.trainer import Trainer
     from fasttrain.train.parallel.ddp import DistContext
     from fasttrain.train.run.opening import TrainLoader
@@ -38,13 +41,16 @@ if TYPE_CHECKING:
     from fasttrain.train.signals.lifecycle import GracefulStop
 
 
-def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: TextIO | None = None) -> dict[str, Any]:
+def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: TextIO | None = None,
+            launched_at: float | None = None) -> dict[str, Any]:
     """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first.
     `display`: the command's display (its dashboard), built from a RunDisplay once the loaders exist;
-    None shows nothing."""
+    None shows nothing. `launched_at`: time.time() the run's clock starts from (time to accuracy, the time
+    budget); default: when this process started, so the command's own start-up counts."""
     from fasttrain.train.parallel import ddp
+    launched = launched_at if launched_at is not None else opening.process_started_at()
     with ddp.joined(prep.world, prep.plan.device) as dist:
-        return _execute(prep, stream, dist, display or _no_display)
+        return _execute(prep, stream, dist, display or _no_display, launched)
 
 
 @contextlib.contextmanager
@@ -67,17 +73,25 @@ class _Run:
     telemetry: Telemetry | None         # rank 0 only
     forecast: dict[str, Any] | None
     started: float                      # perf_counter() when training was about to start
+    launched_at: float                  # time.time() the run's clock starts from (the process's start)
     tuning: dict[str, Any] = field(default_factory=dict)  # the tuning trial's findings (trial/tune.py)
+    budget: TimeBudget | None = None    # --time-budget, --deadline or --max-cost
+    budget_source: str | None = None    # which of them, in words
+    first_step_s: float | None = None   # the forecast's seconds per loader batch (a budget's first plan)
 
 
-def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, display: DisplayFactory) -> dict[str, Any]:
+def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, display: DisplayFactory,
+             launched_at: float) -> dict[str, Any]:
     from fasttrain.models.registry import create_model
     from fasttrain.telemetry.recorder import Telemetry
 
     tuning: dict[str, Any] = {}
     tuned = dist is None and not prep.args.no_tune and not prep.tuning
-    # The forecast is shown beside the run, and its step time tells the trial whether it can afford anything.
-    forecast = forecast_for_run(prep) if (prep.shows_progress or tuned) and prep.bundle.kind != "custom" else None
+    budget = opening.time_budget(prep, launched_at)
+    # The forecast is shown beside the run, its step time tells the trial whether it can afford anything and
+    # plans a time budget's first steps.
+    wanted = prep.shows_progress or tuned or budget is not None
+    forecast = forecast_for_run(prep) if wanted and prep.bundle.kind != "custom" else None
     if dist is None:  # before the seed: the trial's models do not move the run's random numbers
         from fasttrain.train.trial.tune import tune_prepared
         prep, tuning = tune_prepared(prep, (forecast or {}).get("step_time_s"))
@@ -95,8 +109,12 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
     run = _Run(prep, train_loader, val_loader, epoch_sampler, batches, dist, run_dir,
                runlog=opening.open_runlog(prep, run_dir) if main else None,
                telemetry=Telemetry(plan.device) if main else None,
-               forecast=forecast if prep.shows_progress else None, started=time.perf_counter(), tuning=tuning)
-    epochs = prep.resolved.profile.optim.epochs
+               forecast=forecast if prep.shows_progress else None, started=time.perf_counter(),
+               launched_at=launched_at, tuning=tuning, budget=budget[0] if budget else None,
+               budget_source=budget[1] if budget else None,
+               first_step_s=(forecast or {}).get("step_time_s"))
+    epochs = prep.resolved.profile.optim.epochs if budget is None else \
+        _budget_epochs(budget[0], run.first_step_s, batches, plan.accumulation_steps, prep.resolved.profile.optim.epochs)
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=out, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=not prep.shows_progress,
                             plain=args.json, data_kind=prep.bundle.kind, measured=opening.measured_here(prep),
@@ -111,10 +129,23 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
     return summary
 
 
+EPOCH_CAP = 100_000  # a budgeted run's epochs: the budget ends it, never this
+
+
+def _budget_epochs(budget: TimeBudget, step_s: float | None, batches: int, accumulation: int, fallback: int) -> int:
+    """The epochs a budget buys at the forecast's step time, for the display's progress (the run re-plans)."""
+    from fasttrain.train.loop.budget import steps_that_fit
+    if not step_s:
+        return fallback
+    steps = steps_that_fit(budget.training_left_s(), step_s * max(1, accumulation))
+    return max(1, math.ceil(steps / max(1, math.ceil(batches / max(1, accumulation)))))
+
+
 def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, stop: GracefulStop) -> Trainer:
     """The step engine and the Trainer for this run, resumed from its checkpoint when there is one."""
     from fasttrain.datasets.transforms import make_mixup
     from fasttrain.train.events import Collaborators
+    from fasttrain.train.loop.budget import BudgetPace
     from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.trainer import LoopOptions, Trainer
     from fasttrain.train.state.checkpoint import CheckpointPolicy
@@ -126,14 +157,22 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
 
     def extras(consumed_batches: int) -> RunExtras:
         order = sampler.state_dict(consumed=consumed_batches * plan.batch_size) if sampler is not None else None
-        return RunExtras(plan_dict, saved_args, order, profile_dict)
+        used = run.budget.used_s() if run.budget is not None else None
+        return RunExtras(plan_dict, saved_args, order, profile_dict, used)
 
     engine = StepEngine.build(plan, profile.optim, model, batches_per_epoch=run.batches,
                               activation_checkpointing=profile.speed.activation_checkpointing,
                               mixup=make_mixup(profile.optim, bundle.num_classes) if bundle.kind != "custom" else None,
                               dist=run.dist)
-    options = LoopOptions(on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
+    accumulation = max(1, plan.accumulation_steps)
+    steps_per_epoch = math.ceil(run.batches / accumulation)
+    pace = BudgetPace(run.budget, engine.schedule, steps_per_epoch,
+                      first_step_s=run.first_step_s * accumulation if run.first_step_s else None,
+                      max_steps=args.epochs * steps_per_epoch if args.epochs else None) \
+        if run.budget is not None else None
+    options = LoopOptions(budget=pace, on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
+                          launched_at=run.launched_at,
                           before_step=thread_ab.hook(prep, run.tuning, listener.on_message) if run.dist is None else None)
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
                         checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)
@@ -163,7 +202,8 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     train_signals.hand_over()  # from here GracefulStop handles signals: finish the step, save, say how to resume
     try:
         with stop:
-            result = trainer.fit(run.train_loader, run.val_loader, profile.optim.epochs,
+            result = trainer.fit(run.train_loader, run.val_loader,
+                                 profile.optim.epochs if run.budget is None else prep.args.epochs or EPOCH_CAP,
                                  set_epoch=run.epoch_sampler.set_epoch if run.epoch_sampler is not None else None)
     except Interrupted as exc:
         interrupted = exc.with_traceback(None)  # no frame cycle keeping the loaders' workers alive
@@ -188,6 +228,9 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     summary = run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch)
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
+    if run.budget is not None:
+        summary["time_budget"] = budget_report(run.budget, run.budget_source or "", summary.get("history") or [],
+                                               prep.plan.scaled_lr)
     if interrupted is not None:
         summary.update(interrupted_report(interrupted, resume_cmd, trainer.last_good))
     end = RunEnd(summary, highlights(summary))

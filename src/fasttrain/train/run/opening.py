@@ -12,6 +12,7 @@ from fasttrain.train.types import Prepared, TrainArgs
 
 if TYPE_CHECKING:
     from fasttrain.datasets.build import SyntheticBatches
+    from fasttrain.train.loop.budget import TimeBudget
     from fasttrain.datasets.loaders import DecodedLoader, Loader
     from fasttrain.datasets.sampler import EpochSampler
     from fasttrain.train.parallel.ddp import DistContext
@@ -21,6 +22,28 @@ if TYPE_CHECKING:
     TrainLoader = Union[Loader, DecodedLoader, SyntheticBatches]
 
 BUILT_IN_DATA = ("shapes", "synthetic")   # --data names that are not folders
+
+
+def process_started_at() -> float:
+    """time.time() when this process started (its imports and start-up count in time to accuracy)."""
+    import psutil
+    return float(psutil.Process().create_time())
+
+
+def time_budget(prep: Prepared, launched_at: float) -> tuple[TimeBudget, str] | None:
+    """The run's time budget and where it came from, or None. A resume continues a --time-budget or --max-cost
+    with what the checkpoint says is left; a --deadline is a clock time, the same for every process."""
+    from datetime import datetime
+
+    from fasttrain.train.loop.budget import TimeBudget
+    from fasttrain.train.setup.budget_args import budget_seconds
+    args = prep.args
+    found = budget_seconds(args.time_budget, args.deadline, args.max_cost, prep.resolved.profile,
+                           datetime.fromtimestamp(launched_at))
+    if found is None:
+        return None
+    used = prep.resume.state.extras.budget_used_s if prep.resume is not None and args.deadline is None else None
+    return TimeBudget(found[0], launched_at, used_before_s=used or 0.0), found[1]
 
 
 def seed_everything(seed: int) -> None:

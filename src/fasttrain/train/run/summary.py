@@ -6,6 +6,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fasttrain.train.loop.budget import TimeBudget
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.types import Prepared
 
@@ -63,9 +64,42 @@ def run_summary(prep: Prepared, result: FitResult | None, run_dir: Path, wall_s:
         "wall_s": wall_s, "fit_s": result.wall_s,
         "checkpoint_last": str(run_dir / "last.pt"),
         "checkpoint_best": str(run_dir / "best.pt") if (run_dir / "best.pt").exists() else None,
+        "milestones": milestones(result.history),
         "sanity_check": result.sanity, "notes": result.notes, "history": result.history,
         "torch": torch.__version__, "seed": prep.args.seed,
     }
+
+
+def budget_report(budget: TimeBudget, source: str, history: list[dict[str, Any]], peak_lr: float) -> dict[str, Any]:
+    """What a time budget bought: the budget, the time used and the margin left (seconds), where it came from,
+    the epochs it held and the LR at the end as a share of the peak."""
+    last_lr = history[-1].get("lr") if history else None
+    share = last_lr / peak_lr if last_lr is not None and peak_lr else None
+    return {**budget.report(), "source": source, "epochs": len(history), "replans": budget.replans,
+            "lr_end_share": share}
+
+
+# Validation accuracies whose first reaching the summary records (time to accuracy).
+MILESTONES = (0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99)
+
+
+def milestones(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """When each accuracy of MILESTONES was first reached: [{"val_acc1", "epoch", "elapsed_s"}] (elapsed_s: seconds
+    from launch to the end of that epoch's validation; None for rows without it). Pure."""
+    out = []
+    for target in MILESTONES:
+        row = next((r for r in history if (r.get("val_acc1") or 0.0) >= target), None)
+        if row is not None:
+            out.append({"val_acc1": target, "epoch": row.get("epoch"), "elapsed_s": row.get("elapsed_s")})
+    return out
+
+
+def time_to_accuracy(reached: list[dict[str, Any]]) -> str | None:
+    """The milestones in one line, e.g. "90% at 12.3 s (epoch 2), 95% at 18.0 s (epoch 3)". Pure."""
+    from fasttrain.core.format import fmt_duration
+    parts = [f"{m['val_acc1']:.0%} at " + (fmt_duration(m["elapsed_s"]) if m.get("elapsed_s") is not None else "?")
+             + f" (epoch {m['epoch']})" for m in reached]
+    return ", ".join(parts) or None
 
 
 def highlights(summary: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +107,15 @@ def highlights(summary: dict[str, Any]) -> dict[str, Any]:
     keys = ("run_dir", "epochs_run", "final_val_acc1", "final_val_acc5", "best_val_acc1", "best_epoch",
             "train_images_per_s", "wall_s", "checkpoint_last", "bad_files", "nonfinite_steps", "interrupted")
     short = {k: summary[k] for k in keys if summary.get(k) is not None}
+    budget = summary.get("time_budget")
+    if budget:
+        from fasttrain.core.format import fmt_duration
+        short["time_budget"] = (f"{fmt_duration(budget['budget_s'])} ({budget['source']}): used "
+                                f"{fmt_duration(budget['used_s'])}, {fmt_duration(max(0.0, budget['margin_s']))} left"
+                                if budget["margin_s"] >= 0 else f"over by {fmt_duration(-budget['margin_s'])}")
+    reached = time_to_accuracy(summary.get("milestones") or [])
+    if reached:
+        short["time_to_accuracy"] = reached
     if summary.get("oom_backoffs"):
         short["oom_backoffs"] = " ".join(f"{e['batch_from']}->{e['batch_to']}" for e in summary["oom_backoffs"])
         short["micro_batch"] = summary["micro_batch"]

@@ -62,6 +62,29 @@ def _check_values(args: TrainArgs) -> None:
     from fasttrain.train.loop.precision import ON_NAN_MODES
     if args.on_nan not in ON_NAN_MODES:
         raise UserError([Problem("--on-nan", f"must be one of {', '.join(ON_NAN_MODES)}", value=args.on_nan)])
+    _check_budget(args)
+
+
+def _check_budget(args: TrainArgs) -> None:
+    """A budget's values (also a resumed run's saved ones); one budget at a time; one process (the ranks of a
+    data-parallel job would have to agree on the clock: not supported yet)."""
+    from datetime import datetime
+
+    from fasttrain.train.setup.budget_args import deadline_seconds
+    given = [f for f, v in (("--time-budget", args.time_budget), ("--deadline", args.deadline),
+                            ("--max-cost", args.max_cost)) if v is not None]
+    if len(given) > 1:
+        raise UserError([Problem(given[1], f"only one budget at a time: {given[0]} is given too",
+                                 f"keep one of {', '.join(given)}")])
+    if args.deadline is not None:
+        deadline_seconds(args.deadline, datetime.now())  # its format
+    for flag, value in (("--time-budget", args.time_budget), ("--max-cost", args.max_cost)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise UserError([Problem(flag, "must be a positive number", value=value)])
+    if given and args.launch is not None:
+        raise UserError([Problem(given[0], "a time budget runs in one process for now",
+                                 "drop --nproc-per-node, or train for a number of --epochs")])
 
 
 def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:

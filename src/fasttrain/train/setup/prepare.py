@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.bundle import DataBundle
@@ -52,11 +53,14 @@ def prepare(given: TrainArgs) -> Prepared:
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
+    resolved, flip_note = _check_flips(args, resolved)
+    resolved, budget_note = _budget_schedule(args, resolved)
     bundle = _open_data(args, resolved, report)
     model_name = args.model or _default_model(args.data, bundle.kind)
     from fasttrain.models.registry import check_model_input
     check_model_input(model_name, resolved.profile.loader.image_size, bundle.num_classes)  # on meta: no memory
-    resolved, report, plan = _plan_run(args, resolved, report, bundle, model_name, world, resume)
+    resolved, report, plan = _plan_run(args, resolved, report, bundle, model_name, world, resume,
+                                       [n for n in (flip_note, budget_note) if n])
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
@@ -67,6 +71,48 @@ def prepare(given: TrainArgs) -> Prepared:
     from fasttrain.train.trial.choice import apply_cached
     plan, cached = apply_cached(prep)
     return replace(prep, plan=plan, tuning=cached)
+
+
+def _budget_schedule(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str | None]:
+    """A time budget ends the LR at its floor at the deadline: a cosine schedule over the budget (a preset's other
+    schedule is replaced; the user's is kept and said). -> (the profile, the plan's note or None)."""
+    given = next((f for f, v in (("--time-budget", args.time_budget), ("--deadline", args.deadline),
+                                 ("--max-cost", args.max_cost)) if v is not None), None)
+    if given is None:
+        return resolved, None
+    optim = resolved.profile.optim
+    cap = f"at most --epochs {args.epochs}" if args.epochs else f"optim.epochs {optim.epochs} is not used"
+    note = (f"time budget ({given}): epochs are planned from the step time and re-planned as the run measures it "
+            f"({cap}); the {optim.schedule} LR reaches its floor at the deadline; the last validation and "
+            "checkpoint finish inside the budget")
+    if optim.schedule == "cosine":
+        return resolved, note
+    if resolved.user_set("optim.schedule"):
+        return resolved, note.replace(f"the {optim.schedule} LR reaches its floor at the deadline",
+                                      f"optim.schedule {optim.schedule} (yours) does not end at a floor: cosine does")
+    return resolved.with_flags({"optim.schedule": ("time budget", "cosine")}), note.replace(
+        f"the {optim.schedule} LR", "the cosine LR (not the preset's " + optim.schedule + ")")
+
+
+def _check_flips(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str | None]:
+    """Horizontal flips measured against the data of an image folder (datasets/flip_check.py): a preset's flips
+    are turned off for data whose classes have a handedness (digits, letters); flips the user asked for stay, with
+    a warning. -> (the profile, the plan's note or None)."""
+    hflip = resolved.profile.augment.hflip
+    if hflip <= 0 or args.data in DEFAULT_MODELS or ":" in args.data or not Path(args.data).is_dir():
+        return resolved, None
+    from fasttrain.datasets.flip_check import mirror_test, sample_thumbs
+    from fasttrain.datasets.image_folder import find_splits
+    classes, train, _ = find_splits(Path(args.data), seed=args.seed, val_fraction=0.1)
+    thumbs, labels = sample_thumbs(train, seed=args.seed)
+    test = mirror_test(thumbs, labels, len(classes))
+    if not test.handed:
+        return resolved, None
+    if resolved.user_set("augment.hflip"):
+        return resolved, (f"warning: augment.hflip={hflip:g} (yours) mirrors images whose classes look handed: "
+                          f"{test.words()}; digits or text? --set augment.hflip=0")
+    note = f"augment: flips off, the classes look handed ({test.words()}); --set augment.hflip=0.5 to keep them"
+    return resolved.with_flags({"augment.hflip": ("flip check", 0.0)}), note
 
 
 def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> DataBundle:
@@ -83,7 +129,8 @@ def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> D
 
 
 def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundle: DataBundle, model_name: str,
-              world: WorkerWorld | None, resume: Resume | None) -> tuple[Resolved, HardwareReport, Plan]:
+              world: WorkerWorld | None, resume: Resume | None,
+              notes: list[str]) -> tuple[Resolved, HardwareReport, Plan]:
     """The run's profile, machine and plan. The plan is made from the profile as resolved; it is made again
     only where a decision changes what it is made from, and this is the one place that does so:
       1. `--batch-size auto`: the largest batch that runs here (setup/batch_search.py, cached) replaces the
@@ -93,8 +140,9 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
       3. Any other batch is fitted to this machine's memory (setup/footprint.py): a batch that does not fit
          becomes micro-batches with accumulation (same effective batch and LR), or is refused.
     The profile is validated again with each new batch (Resolved.with_flags: its provenance names the search
-    or the fit, so `profiles show`, the run folder's profile.yaml and the plan agree)."""
-    notes: list[str] = []
+    or the fit, so `profiles show`, the run folder's profile.yaml and the plan agree). `notes`: the run's own
+    notes so far (the flip check's), kept in every plan made here."""
+    notes = list(notes)
     if args.batch_size == "auto":
         from fasttrain.train.setup.batch_search import auto_batch_flags
         flags, message = auto_batch_flags(resolved.profile, report, model_name, bundle.num_classes)

@@ -56,7 +56,7 @@ def restore_rng_states(state: dict[str, Any]) -> None:
 
 def versions() -> dict[str, str]:
     from fasttrain import __version__
-    return {"fasttrain": __version__, "torch": torch.__version__}
+    return {"fasttrain": __version__, "torch": str(torch.__version__)}  # a plain str: torch.load(weights_only) opens it
 
 
 def save_atomic(payload: dict[str, Any], path: Path, *, slow_save_s: float = 0.0) -> Path:
@@ -188,10 +188,26 @@ def candidates(directory: Path) -> list[Path]:
     recorded inside them, furthest first (ties: last.pt, then by name); files that do not open come last."""
     if not Path(directory).is_dir():
         return []
-    files = [p for p in Path(directory).glob("*.pt") if p.is_file()]
+    files = resume_points(directory)
     last = [p for p in files if p.name == "last.pt"]
     ranked = ranked_by_position(p for p in files if p.name != "last.pt")
     return last + ranked
+
+
+def resume_points(folder: Path) -> list[Path]:
+    """The checkpoint files of a run folder a run can continue from (best.pt holds weights only)."""
+    if not Path(folder).is_dir():
+        return []
+    return [p for p in Path(folder).glob("*.pt") if p.is_file() and not weights_only(p)]
+
+
+def weights_only(path: Path) -> bool:
+    """A best.pt-style file: the weights for using the model, not a point a run can resume from."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - not a weights-only file (or not readable at all: ranked as damaged)
+        return False
+    return isinstance(payload, dict) and payload.get("kind") == WEIGHTS_KIND
 
 
 def ranked_by_position(files: Iterable[Path]) -> list[Path]:
@@ -204,7 +220,7 @@ def ranked_by_position(files: Iterable[Path]) -> list[Path]:
 
 def previous_good(path: Path, complete: bool = False) -> Path | None:
     """The furthest other checkpoint in `path`'s folder that loads, or None."""
-    for other in ranked_by_position(p for p in Path(path).parent.glob("*.pt") if p.is_file()):
+    for other in ranked_by_position(resume_points(Path(path).parent)):
         if other.resolve() == Path(path).resolve():
             continue
         try:
@@ -222,10 +238,11 @@ def _previous_hint(path: Path, complete: bool = False) -> str:
 
 
 class CheckpointPolicy:
-    """Which checkpoints a run keeps: last.pt every epoch (and mid-epoch on a stop or --save-every-minutes),
-    best.pt on a new best, epoch_N.pt every N epochs (all kept). Each replaces its old file only once the
-    new one is complete (save_atomic). A save that fails for lack of disk keeps the old file and adds a line
-    to `errors` (the run goes on: losing a checkpoint is better than losing the run)."""
+    """The files a run keeps: last.pt (where the run stands: everything a resume needs), best.pt (the best
+    weights only: it opens with plain `torch.load`, for using the model), epoch_N.pt every N epochs
+    (`--save-every`, kept). When they are written is the loop's choice (train/loop/checkpointing.py). Each replaces
+    its old file only once the new one is complete (save_atomic). A save that fails for lack of disk keeps the
+    old file and adds a line to `errors` (the run goes on: losing a checkpoint is better than losing the run)."""
 
     def __init__(self, directory: Path, every_epochs: int | None = None):
         self.directory = Path(directory)
@@ -251,10 +268,25 @@ class CheckpointPolicy:
     def save_last(self, payload: dict[str, Any]) -> Path | None:
         return self._save(payload, "last.pt")
 
-    def save_epoch(self, payload: dict[str, Any], epoch: int, is_best: bool) -> list[Path]:
-        """-> the files written, last.pt first (an empty list when the disk refused it)."""
-        names = ["last.pt"] + (["best.pt"] if is_best else [])
-        if self.every_epochs and (epoch + 1) % self.every_epochs == 0:
-            names.append(f"epoch_{epoch + 1:04d}.pt")
-        written = [self._save(payload, name) for name in names]
-        return [p for p in written if p is not None] if written[0] is not None else []
+    def save_best(self, weights: dict[str, Any]) -> Path | None:
+        """`weights`: a weights_payload() (no optimizer, no RNG state: plain `torch.load` opens it)."""
+        return self._save(weights, BEST_FILE)
+
+    def numbered_due(self, epoch: int) -> bool:
+        """--save-every N asks for epoch_N.pt after epoch `epoch` (0-based)."""
+        return bool(self.every_epochs) and (epoch + 1) % (self.every_epochs or 1) == 0
+
+    def save_numbered(self, payload: dict[str, Any], epoch: int) -> Path | None:
+        """epoch_N.pt after epoch `epoch` (0-based) when --save-every N asks for it; else None."""
+        if not self.numbered_due(epoch):
+            return None
+        return self._save(payload, f"epoch_{epoch + 1:04d}.pt")
+
+
+BEST_FILE = "best.pt"
+WEIGHTS_KIND = "weights"   # a checkpoint's "kind" when it holds weights only (best.pt): not a resume point
+
+
+def weights_payload(model: dict[str, Any], *, epoch: int, val_acc1: float | None) -> dict[str, Any]:
+    """The best weights as a file plain `torch.load` (weights_only=True) opens: tensors, numbers and strings."""
+    return {"kind": WEIGHTS_KIND, "model": model, "epoch": epoch, "val_acc1": val_acc1}

@@ -92,6 +92,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "fit": ((dict, type(None)), False),
     "args": ((dict, type(None)), False),
     "sampler": ((dict, type(None)), False),
+    "budget_used_s": ((int, float, type(None)), False),
+    "ema": ((dict, type(None)), False),
     "versions": ((dict,), False),
 }
 _NESTED: dict[str, dict[str, tuple[type, ...]]] = {

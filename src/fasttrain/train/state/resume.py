@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.checkpoint import NO_CHECKSUM, candidates, load, peek_position, ranked_by_position
+from fasttrain.train.state.checkpoint import (NO_CHECKSUM, candidates, load, peek_position, ranked_by_position,
+                                              resume_points, weights_only)
 from fasttrain.train.state.run_state import Position, Resume, RunState
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
                 raise UserError([Problem("--resume", f"no checkpoint (*.pt) in {path}",
                                          "give a run folder that holds last.pt, or a checkpoint file", spec)])
             path = found[0]
+        elif weights_only(path):
+            raise UserError([Problem("--resume", f"{path} holds the best weights only (for using the model), not "
+                                     "a point a run can continue from", f"resume from {path.parent / 'last.pt'}",
+                                     spec)])
         return _resume(path, load(path, complete=True)), []
     runs_dir = Path(runs_dir)
     folder = runs_dir / run_name if run_name else latest_run(runs_dir)
@@ -54,7 +59,7 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
 
 def _ranked(folder: Path) -> list[Path]:
     """A run's checkpoints by the position recorded inside them, furthest first (last.pt wins a tie)."""
-    return ranked_by_position(p for p in folder.glob("*.pt") if p.is_file()) if folder.is_dir() else []
+    return ranked_by_position(resume_points(folder))
 
 
 def latest_run(runs_dir: Path) -> Path | None:
@@ -63,8 +68,9 @@ def latest_run(runs_dir: Path) -> Path | None:
     best: tuple[Position, str] | None = None
     found = None
     for folder in (d for d in Path(runs_dir).iterdir() if d.is_dir()) if Path(runs_dir).is_dir() else []:
-        positions = [pos for pos in map(peek_position, folder.glob("*.pt")) if pos is not None]
-        if not positions and not any(folder.glob("*.pt")):
+        points = resume_points(folder)
+        positions = [pos for pos in map(peek_position, points) if pos is not None]
+        if not positions and not points:
             continue
         key = (max(positions) if positions else Position(-2, -2, -2), folder.name)
         if best is None or key > best:
@@ -103,7 +109,8 @@ _ARG_TYPES: dict[str, tuple[type, ...]] = {
     "profile": (str, _NONE), "model": (str, _NONE), "data": (str,), "epochs": (int, _NONE), "sets": (list,),
     "pretrained": (bool,), "seed": (int,), "image_size": (int, _NONE), "num_classes": (int, _NONE),
     "save_every": (int, _NONE), "strict_data": (bool,), "on_nan": (str,), "save_every_minutes": (int, float, _NONE),
-    "batch_size": (int, str, _NONE)}
+    "batch_size": (int, str, _NONE), "time_budget": (int, float, _NONE), "deadline": (str, _NONE),
+    "max_cost": (int, float, _NONE)}
 
 
 def check_resumable(resume: Resume, plan: Plan, epochs: int) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 
 # The fields of TrainArgs a checkpoint keeps (its "args" entry), so `--resume` without them repeats the run.
 RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "seed", "image_size", "num_classes",
-                  "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size")
+                  "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size", "time_budget",
+                  "deadline", "max_cost")
 
 
 def _whole(value: object) -> int:
@@ -114,6 +115,7 @@ class RunExtras:
     args: dict[str, Any] | None = None       # RESUMED_FIELDS of the run's TrainArgs
     sampler: dict[str, Any] | None = None    # datasets.sampler.EpochSampler.state_dict()
     profile: dict[str, Any] | None = None    # the resolved profile (model_dump)
+    budget_used_s: float | None = None       # a time budget's seconds used so far (a resume continues the rest)
 
 
 @dataclass
@@ -132,6 +134,7 @@ class RunState:
     micro_batch_splits: int = 1               # out-of-memory back-off: micro-batches per loader batch
     oom_events: list[dict[str, Any]] = field(default_factory=list)
     nonfinite_total: int = 0
+    ema: dict[str, Any] | None = None         # the moving average of the weights (optim.ema_decay), if any
     fit: FitProgress = field(default_factory=FitProgress)
     extras: RunExtras = field(default_factory=RunExtras)
 
@@ -145,6 +148,7 @@ class RunState:
             "profile": self.extras.profile, "micro_batch_splits": self.micro_batch_splits,
             "oom_events": list(self.oom_events), "nonfinite_total": self.nonfinite_total,
             "fit": self.fit.to_payload(), "args": self.extras.args, "sampler": self.extras.sampler,
+            "budget_used_s": self.extras.budget_used_s, "ema": self.ema,
         }
 
     @classmethod
@@ -158,9 +162,10 @@ class RunState:
             rng_per_rank=payload.get("rng_per_rank"),
             metrics=dict(payload.get("metrics") or {}), micro_batch_splits=int(payload.get("micro_batch_splits") or 1),
             oom_events=list(payload.get("oom_events") or []), nonfinite_total=int(payload.get("nonfinite_total") or 0),
+            ema=payload.get("ema"),
             fit=FitProgress.from_payload(payload.get("fit")),
             extras=RunExtras(dict(payload.get("plan") or {}), payload.get("args"), payload.get("sampler"),
-                             payload.get("profile")),
+                             payload.get("profile"), payload.get("budget_used_s")),
         )
 
     def saved_split(self) -> tuple[int, int] | None:

@@ -1,0 +1,157 @@
+"""Time to a target accuracy: fasttrain against the loops people write, on real data nobody here made.
+
+What users pay for is the time until the model is good enough. This runs, in one interleaved run (the order
+rotates each round), on the same ImageFolder and the same model (resnet18 at 32 px, from scratch):
+  plain      a tutorial's loop (benchmarks/tta_peer.py: fp32, SGD 0.05, random crop with padding, cosine)
+  lightning  Lightning with an expert's settings (bf16-mixed, channels_last), the same recipe
+  fasttrain  `fasttrain train --data DIR --model resnet18 --image-size 32 --epochs E` as a user runs it the first
+             time (an empty fasttrain cache: no tuning result, no decoded pixels), and each extra recipe given
+             with --recipe NAME='--set ...'
+Every contender is its own process and reports each epoch's validation accuracy with the seconds since that
+process started, so imports, start-up and the first epoch's costs count. Data sets:
+  digits     scikit-learn's 1,797 handwritten digits (8x8, scaled to 32 px), 80/20 split; real data nobody here
+             made (pip install scikit-learn)
+  shapes     fasttrain's built-in generated set (for reference: the recipe was not tuned on the others)
+Printed: per data set, each contender's median time to the target, the epoch it got there, its final and best
+accuracy, and fasttrain's speed-up against each peer (peer time / fasttrain time; medians of the per-round
+ratios). Exit 1 when fasttrain's default recipe misses --target-plain or --target-lightning on real data, or
+ends less accurate than a peer.
+
+  .venv/bin/python benchmarks/time_to_accuracy.py [--rounds 3] [--epochs 8] [--target 0.97] [--data digits shapes]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("plain", "lightning")
+
+
+def digits_folder(root: Path, size: int) -> Path:
+    """scikit-learn's digits as an ImageFolder of RGB PNGs (train/ and val/, 80/20 with a fixed seed)."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    out = root / f"digits-{size}px"
+    if out.exists():
+        return out
+    digits = load_digits()
+    order = np.random.default_rng(0).permutation(len(digits.images))
+    cut = int(0.8 * len(order))
+    for split, indices in (("train", order[:cut]), ("val", order[cut:])):
+        for i in indices:
+            pixels = (digits.images[i] / 16.0 * 255).astype("uint8")
+            folder = out / split / str(digits.target[i])
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels).resize((size, size), Image.BILINEAR).convert("RGB").save(folder / f"{i}.png")
+    return out
+
+
+def shapes_folder() -> Path:
+    from fasttrain.datasets.shapes import ensure_shapes
+    return ensure_shapes()
+
+
+def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path) -> list[dict[str, float]]:
+    name = f"r{len(list(work.glob('runs/*')))}"
+    env = {**os.environ, "FASTTRAIN_CACHE": str(work / f"cache-{name}")}  # a first run: nothing cached
+    cmd = [sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
+           "--image-size", "32", "--epochs", str(epochs), "--runs-dir", str(work / "runs"), "--run-name", name,
+           "--quiet", *extra]
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600,
+                   check=True)
+    rows = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    return [{"epoch": r["epoch"], "val_acc1": r["val_acc1"], "elapsed_s": r["elapsed_s"]} for r in rows
+            if r.get("kind") == "epoch"]
+
+
+def run_peer(way: str, data: Path, epochs: int, work: Path) -> list[dict[str, float]]:
+    out = work / f"{way}-{len(list(work.glob(f'{way}-*.jsonl')))}.jsonl"
+    subprocess.run([sys.executable, str(HERE / "tta_peer.py"), "--way", way, "--data", str(data), "--epochs",
+                    str(epochs), "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                   timeout=3600, check=True)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def reached(rows: list[dict[str, float]], target: float) -> tuple[float, int | None]:
+    """(seconds from launch to the first validation at or above target, its epoch); (inf, None) if never."""
+    for r in rows:
+        if r["val_acc1"] >= target:
+            return r["elapsed_s"], int(r["epoch"])
+    return math.inf, None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--target", type=float, default=0.97)
+    ap.add_argument("--data", nargs="+", default=["digits", "shapes"], choices=("digits", "shapes"))
+    ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'",
+                    help="another fasttrain recipe, e.g. sgd='--set optim.optimizer=sgd'")
+    ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    ap.add_argument("--target-plain", type=float, default=1.5)
+    ap.add_argument("--target-lightning", type=float, default=1.2)
+    args = ap.parse_args()
+    recipes = {"fasttrain": []} | {k: shlex.split(v) for k, v in (r.split("=", 1) for r in args.recipe)}
+    ways = [*args.peers, *recipes]
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="tta-") as tmp:
+        work = Path(tmp)
+        folders = {d: digits_folder(work, 32) if d == "digits" else shapes_folder() for d in args.data}
+        for data, folder in folders.items():
+            runs: dict[str, list[list[dict[str, float]]]] = {w: [] for w in ways}
+            for r in range(args.rounds):
+                order = ways[r % len(ways):] + ways[:r % len(ways)]
+                for way in order:
+                    rows = run_peer(way, folder, args.epochs, work) if way in PEERS else \
+                        run_fasttrain(folder, args.epochs, recipes[way], work)
+                    runs[way].append(rows)
+                    t, e = reached(rows, args.target)
+                    print(f"# {data} round {r + 1} {way}: {args.target:.0%} at {t:.1f} s (epoch {e}), "
+                          f"final {rows[-1]['val_acc1']:.4f}", file=sys.stderr, flush=True)
+            ok &= report(data, runs, args, recipes)
+    return 0 if ok else 1
+
+
+def report(data: str, runs: dict[str, list[list[dict[str, float]]]], args: argparse.Namespace,
+           recipes: dict[str, list[str]]) -> bool:
+    print(f"\n{data}: resnet18 at 32 px, {args.epochs} epochs, target {args.target:.0%}, {args.rounds} rounds")
+    print("| contender | time to target (median) | epoch | final acc (median) | best acc (median) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for way, rounds in runs.items():
+        times = [reached(rows, args.target) for rows in rounds]
+        t = statistics.median(x for x, _ in times)
+        epochs = sorted(e for _, e in times if e is not None)
+        final = statistics.median(rows[-1]["val_acc1"] for rows in rounds)
+        best = statistics.median(max(r["val_acc1"] for r in rows) for rows in rounds)
+        print(f"| {way} | {t:.1f} s | {epochs[len(epochs) // 2] if epochs else '-'} | {final:.4f} | {best:.4f} |")
+    ok = True
+    for recipe in recipes:
+        for peer, want in (("plain", args.target_plain), ("lightning", args.target_lightning)):
+            if peer not in runs:
+                continue
+            ratios = [reached(p, args.target)[0] / reached(f, args.target)[0]
+                      for p, f in zip(runs[peer], runs[recipe])]
+            ratio = statistics.median(ratios)
+            final_ok = statistics.median(r[-1]["val_acc1"] for r in runs[recipe]) >= \
+                statistics.median(r[-1]["val_acc1"] for r in runs[peer])
+            print(f"{recipe} reaches {args.target:.0%} {ratio:.2f}x sooner than {peer} (target {want}x; per round "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)}); final accuracy {'not below' if final_ok else 'BELOW'}")
+            if recipe == "fasttrain" and data != "shapes":
+                ok &= ratio >= want and final_ok
+    return ok
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Flips measured against the data (datasets/flip_check.py): a preset's flips go for classes with a handedness
+(digits, letters), stay for mirror-symmetric ones and for data the test cannot read; the user's choice stays."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fasttrain.datasets.flip_check import mirror_test, sample_thumbs
+
+
+def _handed(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Class 0 is bright on the left, class 1 on the right, class 2 a bright bar on the left third: mirrored,
+    0 and 1 swap and 2 becomes a class of its own."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    x = rng.normal(0, 20, (n, 16, 16)) + 100
+    for i, c in enumerate(y):
+        if c == 0:
+            x[i, :, :8] += 80
+        elif c == 1:
+            x[i, :, 8:] += 80
+        else:
+            x[i, :, :5] += 120
+    return x, y
+
+
+def _symmetric(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A centred square, a centred ring, a centred cross: mirror images of themselves."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    x = rng.normal(0, 20, (n, 16, 16)) + 100
+    for i, c in enumerate(y):
+        if c == 0:
+            x[i, 5:11, 5:11] += 80
+        elif c == 1:
+            x[i, 3:13, 3:13] += 80
+            x[i, 5:11, 5:11] -= 80
+        else:
+            x[i, 7:9, :] += 80
+            x[i, :, 7:9] += 80
+    return x, y
+
+
+def test_handed_classes_are_found_and_symmetric_ones_are_not() -> None:
+    handed = mirror_test(*_handed(600), classes=3)
+    assert handed.handed and handed.accuracy > 0.9 and handed.mirrored < 0.5
+    symmetric = mirror_test(*_symmetric(600), classes=3)
+    assert not symmetric.handed and symmetric.accuracy > 0.9
+
+
+def test_noise_the_classifier_cannot_read_is_no_evidence_against_flips() -> None:
+    rng = np.random.default_rng(1)
+    test = mirror_test(rng.normal(size=(600, 16, 16)), rng.integers(0, 10, 600), classes=10)
+    assert not test.handed
+    assert not mirror_test(np.zeros((0, 16, 16)), np.zeros(0, dtype=int), classes=3).handed  # nothing readable
+
+
+def _folder(root: Path, maker) -> Path:  # noqa: ANN001
+    x, y = maker(240)
+    for i, (pixels, c) in enumerate(zip(x, y)):
+        folder = root / "train" / f"class{c}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).resize((32, 32)).convert("RGB").save(folder / f"{i}.png")
+        if i % 4 == 0:
+            (root / "val" / f"class{c}").mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).convert("RGB").save(
+                root / "val" / f"class{c}" / f"{i}.png")
+    return root
+
+
+def test_thumbnails_come_from_the_real_files_and_skip_broken_ones(tmp_path: Path) -> None:
+    data = _folder(tmp_path / "d", _handed)
+    from fasttrain.datasets.image_folder import find_splits
+    classes, train, _ = find_splits(data, seed=0, val_fraction=0.1)
+    (data / "train" / "class0" / "broken.png").write_bytes(b"not a png")
+    train.append((str(data / "train" / "class0" / "broken.png"), 0))
+    thumbs, labels = sample_thumbs(train, n=10_000)
+    assert thumbs.shape == (len(train) - 1, 16, 16) and len(labels) == len(thumbs)
+    assert mirror_test(thumbs, labels, len(classes)).handed
+
+
+def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(cli, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    handed = _folder(tmp_path / "handed", _handed)
+    symmetric = _folder(tmp_path / "symmetric", _symmetric)
+    monkeypatch.chdir(tmp_path)
+    res = cli("train", "--data", str(handed), "--model", "tiny_cnn", "--dry-run", "--json")
+    assert res.code == 0, res.err
+    import json
+    view = json.loads(res.out)
+    assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
+    mine = cli("train", "--data", str(handed), "--model", "tiny_cnn", "--dry-run", "--set", "augment.hflip=0.5")
+    assert mine.code == 0 and "augment.hflip=0.5 (yours) mirrors images whose classes look handed" in mine.out
+    plain = cli("train", "--data", str(symmetric), "--model", "tiny_cnn", "--dry-run")
+    assert plain.code == 0 and "flips off" not in plain.out and "look handed" not in plain.out
