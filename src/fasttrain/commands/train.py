@@ -145,9 +145,12 @@ def _launch(prep: "Prepared") -> int:
 
 
 def _dashboard(display: "RunDisplay") -> "Dashboard":
-    """The run's display: live on a terminal, plain lines under --json or off one, only errors with --quiet."""
+    """The run's display: live on a terminal, plain lines under --json, off one or in a notebook's cell (its
+    pseudo-terminal shows no redraw), only errors with --quiet."""
+    from fasttrain.core.console import in_notebook_cell
     from fasttrain.ui.dashboard import Dashboard, choose_mode
-    mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
+    plain = display.plain or in_notebook_cell()
+    mode = "quiet" if display.quiet else ("plain" if plain else choose_mode(False, display.stream))
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
                      forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,
