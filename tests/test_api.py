@@ -275,3 +275,19 @@ def test_the_notebook_display_redraws_one_output_with_the_dashboards_numbers(tmp
     last = bundles[-1]["text/plain"]
     assert "epoch 2/2" in last and "verdict:" in last and "epochs" in last and "summary" in last
     assert "fasttrain  profile cpu" in bundles[0]["text/plain"]  # the terminal dashboard's own header line
+
+
+def test_the_api_is_offline_for_its_call_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fasttrain never downloads while it runs; the notebook's own downloads work again after the call."""
+    import os
+
+    import fasttrain
+    from fasttrain.models.registry import OFFLINE_ENV
+    for key in OFFLINE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    seen: dict[str, str | None] = {}
+    monkeypatch.setattr("fasttrain.doctor.checks.run_rules", lambda *a, **k: seen.update(
+        {key: os.environ.get(key) for key in OFFLINE_ENV}) or [])
+    fasttrain.doctor(report_from=FIXTURES / "reports" / "cpu_only.json")
+    assert seen == OFFLINE_ENV
+    assert not any(key in os.environ for key in OFFLINE_ENV)

@@ -10,6 +10,7 @@ shell would pass it (str(), so 0.1 reads 0.1). Whatever is wrong is the command'
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -114,12 +115,10 @@ def run(name: str, given: Mapping[str, object], who: str, display: DisplayFactor
         allow: tuple[str, ...] = ()) -> object:
     """Run `fasttrain NAME` with the flags `given` stands for; -> what the command returns for the API."""
     from fasttrain.core.errors import JobFailed
-    from fasttrain.models.registry import stay_offline
     cmd = command(name)
     _, exits, _ = click_exceptions()
-    stay_offline()  # as the command line's root does for every command: fasttrain never downloads
     try:
-        with parsed(cmd, name, given, who, display, allow) as ctx:
+        with _offline(), parsed(cmd, name, given, who, display, allow) as ctx:
             return cmd.invoke(ctx)
     except exits as exc:
         code = int(getattr(exc, "exit_code", 0) or 0)
@@ -141,6 +140,34 @@ def parsed(cmd: TyperCommand, name: str, given: Mapping[str, object], who: str, 
         raise UserError([_usage_problem(exc, name)]) from None
     with ctx:
         yield ctx
+
+
+# huggingface_hub's switches that stay_offline() turns on, by the environment variable each is read from
+_HUB_SWITCHES = {"HF_HUB_OFFLINE": "HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY": "HF_HUB_DISABLE_TELEMETRY"}
+
+
+@contextmanager
+def _offline() -> Iterator[None]:
+    """fasttrain never downloads (models/registry.py stay_offline, as the command line's root does for every
+    command), for the length of the call; then the caller's own settings come back, so a notebook's later
+    `timm.create_model(..., pretrained=True)` of its own may download as before."""
+    from fasttrain.models.registry import OFFLINE_ENV, stay_offline
+    saved = {key: os.environ.get(key) for key in OFFLINE_ENV}
+    hub = sys.modules.get("huggingface_hub.constants")
+    switches = {attr: getattr(hub, attr) for attr in _HUB_SWITCHES if hasattr(hub, attr)} if hub else {}
+    stay_offline()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        hub = sys.modules.get("huggingface_hub.constants")  # imported by the call, perhaps: read the env again
+        for attr, env in _HUB_SWITCHES.items():
+            if hub is not None and hasattr(hub, attr):
+                setattr(hub, attr, switches.get(attr, (saved.get(env) or "").upper() in ("1", "ON", "YES", "TRUE")))
 
 
 def _usage_problem(exc: Exception, name: str) -> Problem:
