@@ -98,6 +98,8 @@ def test_a_new_flag_is_a_keyword_with_nothing_to_change() -> None:
 
 @pytest.mark.parametrize("given, words", [
     ({"epoch": 2}, "did you mean 'epochs'"),
+    ({"lr": 0.1}, "set={'optim.base_lr': ...}"),
+    ({"num_workers": 2}, "set={'loader.num_workers': ...}"),
     ({"json": True}, ".to_dict()"),
     ({"dry_run": True}, "fasttrain.plan"),
     ({"nproc_per_node": 2}, "from a shell"),
@@ -111,6 +113,17 @@ def test_a_keyword_python_cannot_use_is_one_user_error(given: dict[str, Any], wo
     with pytest.raises(UserError) as caught:
         fasttrain.train("tiny_cnn", "shapes", **given)
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_dataloaders_instead_of_datasets_say_which_to_pass() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import fasttrain
+    from fasttrain.core.errors import UserError
+    loader = DataLoader(TensorDataset(torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), batch_size=2)
+    with pytest.raises(UserError, match=r"train_loader\.dataset"):
+        fasttrain.train("tiny_cnn", (loader, loader))
 
 
 @pytest.mark.parametrize("model, data, where", [

@@ -108,6 +108,10 @@ def _data_arg(data: object) -> tuple[tuple[object, object] | None, str]:
     if isinstance(data, str) or (isinstance(data, os.PathLike) and isinstance(os.fspath(data), str)):
         return None, os.fspath(data)
     if isinstance(data, (tuple, list)) and len(data) == 2:
+        if all(hasattr(part, "dataset") and hasattr(part, "batch_size") for part in data):
+            raise UserError([Problem("data", "got DataLoaders: fasttrain builds the loaders the plan asks for (batch, "
+                                     "workers, pinned memory)", "pass their datasets: (train_loader.dataset, "
+                                     "val_loader.dataset)")])
         return (data[0], data[1]), ""
     raise UserError([Problem("data", "expected a data folder, shapes or synthetic, or a (train, val) pair of "
                              "datasets", "e.g. fasttrain.train(Net(), (train_ds, val_ds))", data)])

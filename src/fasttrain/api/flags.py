@@ -68,8 +68,7 @@ def argv_for(cmd: TyperCommand, given: Mapping[str, object], who: str, allow: tu
         param = table.get(key)
         if param is None:
             names = sorted(k for k in table if k not in NOT_FROM_PYTHON)
-            raise UserError([Problem(f"{who}()", f"no keyword {key!r}",
-                                     did_you_mean(key, names) or f"see help({who}) for its keywords")])
+            raise UserError([Problem(f"{who}()", f"no keyword {key!r}", _keyword_fix(key, names, who))])
         name = getattr(param, "name", key)
         if (name in NOT_FROM_PYTHON or name in LAUNCH_FLAGS) and name not in allow:
             if value is None or value is False:
@@ -81,6 +80,19 @@ def argv_for(cmd: TyperCommand, given: Mapping[str, object], who: str, allow: tu
         else:
             options += _option_args(param, key, value)
     return options + (["--", *arguments] if arguments else [])
+
+
+def _keyword_fix(key: str, names: list[str], who: str) -> str:
+    """How to say what an unknown keyword meant: a profile setting it names (lr -> set={"optim.base_lr": ...}),
+    else the keywords it is close to, else where the keywords are listed."""
+    from fasttrain.profiles.schema import Profile
+    settings = [f"{section}.{leaf}" for section, info in Profile.model_fields.items()
+                for leaf in getattr(info.annotation, "model_fields", {})]
+    for match in (lambda leaf: leaf == key, lambda leaf: leaf.endswith("_" + key) or leaf.startswith(key + "_")):
+        found = [s for s in settings if match(s.rpartition(".")[2])]
+        if found:
+            return f"it is a profile setting: set={{{found[0]!r}: ...}} (`fasttrain profiles show` lists them)"
+    return did_you_mean(key, names) or f"see help({who}) for its keywords"
 
 
 def _option_args(param: object, key: str, value: object) -> list[str]:
