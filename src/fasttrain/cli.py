@@ -23,6 +23,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from fasttrain.train.parallel import launch
 from fasttrain.core.errors import JobFailed, UserError
+from fasttrain.commands.options import click_exceptions
 
 
 def _show_flags_as_flags(command: object) -> None:
@@ -89,23 +90,6 @@ def _register() -> None:
 
 
 _register()
-
-
-def _click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
-    """(ClickException, Exit, Abort) classes: Typer may vendor its own copy of click or use the real one."""
-    modules = []
-    for name in ("typer._click.exceptions", "click.exceptions"):  # typer's vendored click has no public path
-        try:
-            modules.append(__import__(name, fromlist=["ClickException"]))
-        except ImportError:
-            pass
-    def classes(attr: str) -> tuple[type, ...]:
-        return tuple(getattr(m, attr) for m in modules if hasattr(m, attr))
-
-    usage = classes("ClickException")
-    exits = classes("Exit") + (typer.Exit,)
-    aborts = classes("Abort") + (typer.Abort, KeyboardInterrupt)
-    return usage, exits, aborts
 
 
 def _debugging(argv: list[str]) -> bool:
@@ -176,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: turns our exceptions into exit codes and one-line reasons."""
     argv = sys.argv[1:] if argv is None else argv
     launch.remember_argv(argv)  # `train --nproc-per-node` starts its workers with the same arguments
-    usage_errors, exits, aborts = _click_exceptions()
+    usage_errors, exits, aborts = click_exceptions()
     world = launch.worker_world()
     # In a data-parallel job every rank may report the same problem: say which rank speaks.
     me = f"fasttrain[rank {world.rank}]" if world is not None and world.world_size > 1 else "fasttrain"

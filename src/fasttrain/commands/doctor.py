@@ -68,6 +68,7 @@ def _profile(ref: str | None, report: HardwareReport) -> tuple[Profile, str]:
 
 
 def doctor_cmd(
+    ctx: typer.Context,
     profile: Optional[str] = options.profile_option(help="Check this profile against the machine (default: the "
                                                          "best-matching preset)."),
     data: Optional[Path] = typer.Option(None, "--data", "-d", metavar="DIR",
@@ -82,7 +83,7 @@ def doctor_cmd(
     force: bool = typer.Option(False, "--force", help="Let --write-profile replace an existing file."),
     report_from: Optional[Path] = typer.Option(None, "--report-from", metavar="FILE.json",
                                                help="Judge a recorded report instead of this machine."),
-) -> None:
+) -> object:  # for the Python API: the DoctorResult; None on the command line
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""
     from fasttrain.doctor import checks as doctor
     from fasttrain.hardware import machine as hardware
@@ -108,18 +109,15 @@ def doctor_cmd(
     if write_profile is not None:
         from fasttrain.profiles.writer import write_profile as write
         written = write(rec, report, write_profile, force=force)
+    from fasttrain.doctor.result import DoctorResult
+    result = DoctorResult(report, findings, rec, label, written)
+    if options.api_call(ctx) is not None:  # fasttrain.doctor() (api/): the result, printed by nobody
+        return result
     if as_json:
         from fasttrain.core.console import print_json
-        print_json({
-            "report": report.model_dump(mode="json"),
-            "findings": [f.to_dict() for f in findings],
-            "recommendation": rec.to_dict(),
-            "profile": label,
-            "status": doctor.worst_status(findings),
-            "written_profile": str(written) if written else None,
-        })
+        print_json(result.to_dict())
     else:
         from fasttrain.doctor import view as doctor_view
         doctor_view.render(report, findings, rec, label, written)
-    if doctor.worst_status(findings) == "fail":
+    if result.status == "fail":
         raise typer.Exit(1)

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def estimate_cmd(
+    ctx: typer.Context,
     what: Optional[str] = typer.Argument(None, metavar="[presets|gpus]",
                                          help="With --compare: compare presets (default) or GPUs of the spec file."),
     profile: Optional[str] = options.profile_option(),
@@ -48,7 +49,7 @@ def estimate_cmd(
     time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION",
                                               help="What a budget (90s, 15m, 2h, 1h30m) buys: epochs and images."),
     as_json: bool = options.json_option(),
-) -> None:
+) -> object:  # for the Python API: the Estimate; None on the command line
     """Forecast a run before paying for it: time, GPU memory, host RAM, bottleneck, MFU and cost."""
     from fasttrain.estimate import gather as g
     from fasttrain.train.parallel.launch import world_flags
@@ -87,6 +88,8 @@ def estimate_cmd(
         est = dataclasses.replace(est, compare_rows=compare_rows(what or "presets", prof, req, local),
                                   compare_kind=what or "presets")
     # render
+    if options.api_call(ctx) is not None:  # fasttrain.estimate() (api/): the result, printed by nobody
+        return est
     if as_json:
         from fasttrain.core.console import print_json
         print_json(est.to_dict())

@@ -7,14 +7,56 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 """
 from __future__ import annotations
 
+import time
+
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.sampler import MAX_SEED  # noqa: F401 - re-exported for the commands
+
+if TYPE_CHECKING:
+    from fasttrain.train.events import DisplayFactory
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """Set as the click context's `obj` when the Python API (fasttrain/api/) runs a command: the command returns
+    its result instead of printing it, and a run shows itself on `display` (a notebook's) when one is given.
+    `started_at`: time.time() of the call: a run's clock (elapsed_s, a time budget) starts there, not when the
+    notebook's kernel started."""
+
+    display: DisplayFactory | None = None
+    started_at: float = field(default_factory=time.time)
+
+
+def api_call(ctx: typer.Context | None) -> ApiCall | None:
+    """The API call a command runs for, or None on the command line."""
+    obj = ctx.obj if ctx is not None else None
+    return obj if isinstance(obj, ApiCall) else None
+
+
+def click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(ClickException, Exit, Abort) classes: Typer may vendor its own copy of click or use the real one."""
+    modules = []
+    for name in ("typer._click.exceptions", "click.exceptions"):  # typer's vendored click has no public path
+        try:
+            modules.append(__import__(name, fromlist=["ClickException"]))
+        except ImportError:
+            pass
+
+    def classes(attr: str) -> tuple[type, ...]:
+        return tuple(getattr(m, attr) for m in modules if hasattr(m, attr))
+
+    usage = classes("ClickException")
+    exits = classes("Exit") + (typer.Exit,)
+    aborts = classes("Abort") + (typer.Abort, KeyboardInterrupt)
+    return usage, exits, aborts
+
 
 PROFILE_HELP = "Preset name or profile YAML; default: the preset that fits this machine."
 JSON_HELP = "Machine-readable output with stable keys."

@@ -81,7 +81,7 @@ def train_cmd(
     rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
                                      rich_help_panel="Several GPUs",
                                      help="How long the machines get to find each other."),
-) -> None:
+) -> object:  # for the Python API: the Prepared run (dry run) or the summary; None on the command line
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain.train.setup import prepare as train_prep
     from fasttrain.train.run import execute as train_run
@@ -107,11 +107,14 @@ def train_cmd(
                                launch=launch, no_tune=no_tune, deadline=deadline, max_cost=max_cost,
                                time_budget=parse_duration(time_budget) if time_budget is not None else None,
                                explicit=given)
+    api = options.api_call(ctx)  # fasttrain.train() / fasttrain.plan() (api/): return the result, print nothing
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
         create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained,  # an unknown model fails here
                      image_size=prep.plan.image_size)
+    if dry_run and api is not None:
+        return prep
     if dry_run:
         from fasttrain.train.setup.plan_view import plan_lines, plan_view
         view = plan_view(prep)
@@ -128,11 +131,14 @@ def train_cmd(
         raise typer.Exit(_launch(prep))
     from fasttrain.train.signals.lifecycle import train_signals
     try:
-        summary = train_run.execute(prep, display=_dashboard)
+        summary = train_run.execute(prep, display=(api.display if api is not None else None) or _dashboard,
+                                    launched_at=api.started_at if api is not None else None)
         if as_json and prep.is_main:
             print_json(summary)
     finally:
         train_signals.command_done()
+    if api is not None:
+        return summary
     if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
         raise typer.Exit(summary["exit_code"])
 
@@ -149,9 +155,12 @@ def _launch(prep: "Prepared") -> int:
 
 
 def _dashboard(display: "RunDisplay") -> "Dashboard":
-    """The run's display: live on a terminal, plain lines under --json or off one, only errors with --quiet."""
+    """The run's display: live on a terminal, plain lines under --json, off one or in a notebook's cell (its
+    pseudo-terminal shows no redraw), only errors with --quiet."""
+    from fasttrain.core.console import in_notebook_cell
     from fasttrain.ui.dashboard import Dashboard, choose_mode
-    mode = "quiet" if display.quiet else ("plain" if display.plain else choose_mode(False, display.stream))
+    plain = display.plain or in_notebook_cell()
+    mode = "quiet" if display.quiet else ("plain" if plain else choose_mode(False, display.stream))
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
                      forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, TextIO
 
@@ -16,6 +17,14 @@ def is_tty(stream: TextIO | None = None) -> bool:
         return bool(isatty()) if isatty else False
     except ValueError:  # a closed stream
         return False
+
+
+def in_notebook_cell() -> bool:
+    """This process was started from a notebook cell (`!fasttrain train` in Jupyter, Colab, Kaggle, VS Code): its
+    output is a pseudo-terminal that the notebook shows as text, colours included, but cursor movement is not
+    honoured, so a screen redrawn in place would pile up. The kernel's environment says so: jupyter_client sets
+    JPY_PARENT_PID for the kernel and ipykernel its inline matplotlib backend; a cell's shell inherits both."""
+    return "JPY_PARENT_PID" in os.environ or "backend_inline" in os.environ.get("MPLBACKEND", "")
 
 
 def console() -> Console:

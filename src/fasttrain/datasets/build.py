@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.given import datasets as given_datasets, is_given
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget
 from fasttrain.profiles.schema import AugmentSpec
@@ -68,6 +69,10 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     if "\x00" in spec:
         raise UserError([Problem("--data", "the data spec contains a NUL byte",
                                  "use shapes, synthetic, a directory or module:callable", spec)])
+    if is_given(spec):  # a (train, val) pair handed to the Python API (core/given.py)
+        from fasttrain.datasets.custom import datasets_bundle
+
+        return datasets_bundle(given_datasets(spec), spec, num_classes, said="the given (train, val) pair's")
     if spec == "shapes":
         from fasttrain.datasets.shapes import ensure_shapes
 

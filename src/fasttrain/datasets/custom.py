@@ -28,7 +28,6 @@ LABEL_SCAN_LIMIT = 100_000
 
 
 def custom_bundle(spec: str, num_classes: int | None) -> DataBundle:
-    from fasttrain.datasets.bundle import DataBundle
     from fasttrain.models.registry import load_callable
 
     fn = load_callable(spec, "--data")
@@ -40,25 +39,35 @@ def custom_bundle(spec: str, num_classes: int | None) -> DataBundle:
         raise UserError([Problem("--data", f"{spec}() raised {type(exc).__name__}: {exc}",
                                  "it must take no arguments and return (train, val) or (train, val, num_classes)")]
                         ) from exc
+    return datasets_bundle(result, spec, num_classes)
+
+
+def datasets_bundle(result: object, spec: str, num_classes: int | None, said: str | None = None) -> DataBundle:
+    """A DataBundle of the user's own datasets: `result` is (train, val) or (train, val, num_classes), as a
+    `module:callable` returned it or as handed to the Python API (core/given.py). `said`: how problems name
+    where the datasets came from (default `spec()`)."""
+    from fasttrain.datasets.bundle import DataBundle
+
+    said = said or f"{spec}()"
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
-        raise UserError([Problem("--data", f"{spec}() returned {type(result).__name__}",
+        raise UserError([Problem("--data", f"{said} returned {type(result).__name__}",
                                  "return (train_dataset, val_dataset) or (train, val, num_classes)")])
     train, val = result[0], result[1]
     for name, ds in (("train", train), ("val", val)):
         if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
-            raise UserError([Problem("--data", f"{spec}() {name} dataset is a {type(ds).__name__} without "
+            raise UserError([Problem("--data", f"{said} {name} dataset is a {type(ds).__name__} without "
                                      "__len__ and __getitem__", "return map-style datasets (torch Dataset)")])
         if len(ds) == 0:
-            raise UserError([Problem("--data", f"{spec}() {name} dataset is empty")])
-    rank = check_sample(train, spec, "train")
-    check_sample(val, spec, "val", rank=rank)
+            raise UserError([Problem("--data", f"{said} {name} dataset is empty")])
+    rank = check_sample(train, said, "train")
+    check_sample(val, said, "val", rank=rank)
     given = result[2] if len(result) == 3 else num_classes
     classes = _infer_num_classes(train) if given is None else given
     if classes is None:
-        raise UserError([Problem("--data", f"cannot tell how many classes {spec}() has",
+        raise UserError([Problem("--data", f"cannot tell how many classes {said} has",
                                  "return (train, val, num_classes), or give the dataset a `classes` attribute")])
     if not isinstance(classes, int) or classes < 1:
-        raise UserError([Problem("--data", f"{spec}() num_classes must be a positive integer", value=classes)])
+        raise UserError([Problem("--data", f"{said} num_classes must be a positive integer", value=classes)])
     names = list(getattr(train, "classes", [])) if isinstance(getattr(train, "classes", None), (list, tuple)) else []
     return DataBundle(train=train, val=val, num_classes=classes, class_names=[str(n) for n in names] or
                       [str(i) for i in range(classes)], kind="custom", source=spec, train_size=len(train),
@@ -70,7 +79,7 @@ def custom_bundle(spec: str, num_classes: int | None) -> DataBundle:
 INPUT_RANKS = (1, 2, 3, 4)
 
 
-def check_sample(ds: MapStyle, spec: str, name: str = "train", rank: int | None = None) -> int:
+def check_sample(ds: MapStyle, said: str, name: str = "train", rank: int | None = None) -> int:
     """The rank of the first sample's input when `ds[0]` is an (input tensor, class label) pair the training
     step can use, else a UserError saying what it is. The label: an int, an integer 0-d tensor/numpy scalar, or
     a 1-d float tensor of class probabilities. `rank`: the train set's, which the val set must match.
@@ -79,7 +88,7 @@ def check_sample(ds: MapStyle, spec: str, name: str = "train", rank: int | None 
     import torch
 
     fix = "each item must be (input tensor, class index), e.g. (torch.randn(5, 3), 2)"
-    where = f"{spec}() {name} dataset"
+    where = f"{said} {name} dataset"
     try:
         item = ds[0]
     except Exception as exc:  # noqa: BLE001 - the user's dataset: report it as their input problem

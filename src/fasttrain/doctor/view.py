@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
@@ -123,8 +124,9 @@ def recommendation_panel(rec: Recommendation, written: Path | None) -> Panel:
 
 
 def render(report: HardwareReport, findings: list[Finding], rec: Recommendation, label: str,
-           written: Path | None) -> None:
-    out = console()
+           written: Path | None, out: Console | None = None) -> None:
+    """The four panels, on `out` (default: stdout's console)."""
+    out = out or console()
     out.print(hardware_panel(report))
     out.print(software_panel(report))
     out.print(findings_panel(findings, label))

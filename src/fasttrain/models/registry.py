@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.given import is_given
 from fasttrain.core.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
-def _call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_size: int | None) -> Any:
+def call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_size: int | None) -> Any:
     """Call the user's builder with the keywords it takes (num_classes, img_size/image_size)."""
     try:
         params = inspect.signature(fn).parameters
@@ -147,8 +148,10 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
         raise UserError([Problem("--model", "empty model name", "a timm or torchvision name, tiny_cnn, or "
                                  "module:callable", name)])
     check_num_classes(num_classes)
+    if is_given(name):  # an object, class or builder handed to the Python API (core/given.py): a copy or a new one
+        return _given(name, num_classes, image_size, for_run=False)
     if ":" in name:
-        return check_model(_call_builder(load_callable(name, "--model"), name, num_classes, image_size), name)
+        return check_model(call_builder(load_callable(name, "--model"), name, num_classes, image_size), name)
     builtin = builtin_models()
     if name in builtin:
         if pretrained:
@@ -172,6 +175,19 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     hint = did_you_mean(name, list(builtin) + timm_names + tv_names)
     raise UserError([Problem("--model", f"unknown model {name!r}",
                              hint or "any timm or torchvision name, or module:callable")])
+
+
+def run_model(name: str, num_classes: int, *, pretrained: bool = False, image_size: int | None = None) -> nn.Module:
+    """The model a run trains: the user's own object when the Python API was handed one, else create_model's."""
+    if is_given(name):
+        return _given(name, num_classes, image_size, for_run=True)
+    return create_model(name, num_classes, pretrained=pretrained, image_size=image_size)
+
+
+def _given(name: str, num_classes: int, image_size: int | None, *, for_run: bool) -> nn.Module:
+    from fasttrain.models.given_model import build_given
+    return build_given(name, for_run=for_run, build=lambda fn: check_model(call_builder(fn, name, num_classes,
+                                                                                        image_size), name))
 
 
 # fasttrain never downloads: set before huggingface_hub or timm is imported (cli.py's root callback).

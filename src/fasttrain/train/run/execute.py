@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from fasttrain.core.given import is_given
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
 from fasttrain.train.run.summary import (budget_report, fault_report, highlights, interrupted_report, resume_command,
@@ -82,7 +83,7 @@ class _Run:
 
 def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, display: DisplayFactory,
              launched_at: float) -> dict[str, Any]:
-    from fasttrain.models.registry import create_model
+    from fasttrain.models.registry import run_model
     from fasttrain.telemetry.recorder import Telemetry
 
     tuning: dict[str, Any] = {}
@@ -99,8 +100,8 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
     out = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
     opening.seed_everything(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = create_model(prep.model_name, prep.bundle.num_classes, pretrained=args.pretrained,
-                         image_size=plan.image_size)
+    model = run_model(prep.model_name, prep.bundle.num_classes, pretrained=args.pretrained,  # the API's own object
+                      image_size=plan.image_size)
     train_loader, val_loader, epoch_sampler, batches = opening.open_data(prep, dist)
     run_dir = opening.run_folder(prep, dist)
     if main and tuning:
@@ -195,7 +196,8 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
 
     prep, runlog = run.prep, run.runlog
     profile = prep.resolved.profile
-    resume_cmd = resume_command(run.run_dir, profile.world.nodes, profile.world.gpus_per_node)
+    resume_cmd = resume_command(run.run_dir, profile.world.nodes, profile.world.gpus_per_node,
+                                python=is_given(prep.model_name) or is_given(prep.args.data))
     stop = GracefulStop()
     trainer = _make_trainer(run, model, listener, stop)
     interrupted: Interrupted | None = None

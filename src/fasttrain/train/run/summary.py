@@ -11,8 +11,11 @@ from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.types import Prepared
 
 
-def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1) -> str:
-    """The command that continues this run; a data-parallel run needs its processes again (same world size)."""
+def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1, *, python: bool = False) -> str:
+    """The command that continues this run; a data-parallel run needs its processes again (same world size).
+    `python`: the run's model or data are Python objects handed to the API, which only Python can hand again."""
+    if python:
+        return f"fasttrain.train(model, data, resume={str(run_dir)!r}) in Python, with the same model and data"
     command = f"fasttrain train --resume {shlex.quote(str(run_dir))}"
     if nodes * per_node > 1:
         command += f" --nproc-per-node {per_node}"

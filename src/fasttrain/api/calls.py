@@ -1,0 +1,131 @@
+"""fasttrain from Python: `train`, `doctor`, `estimate` and `plan`, each the command of the same name run as on the
+command line (api/flags.py), returning its result instead of printing it (api/results.py).
+
+Their keywords are the commands' flags (`batch_size=64` is `--batch-size 64`, `set={"optim.lr": 0.1}` is
+`--set optim.lr=0.1`); runs go to runs/ as on the command line, with the same profiles, tuning, checkpoints, resume
+and signals. What Python adds: a model given as a torch.nn.Module object, or as a class or function that builds one,
+and data given as a (train, val) pair of datasets (core/given.py), and in a notebook a display that updates in place
+(ui/notebook.py). Bad input raises UserError with the command line's one-line reason; a job that failed, JobFailed.
+Importing this module imports neither torch nor timm; calling a function does what its command does.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Union
+
+from fasttrain.api import flags
+from fasttrain.api.results import Forecast, Plan, Report, RunSummary
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.given import given
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.data import Dataset
+
+    from fasttrain.train.types import Prepared
+
+# A model: a name (timm, torchvision, tiny_cnn, module:callable), a torch.nn.Module, or a class or function that
+# builds one (called with num_classes= and image_size= when it takes them).
+ModelLike = Union[str, "nn.Module", Callable[..., "nn.Module"]]
+# Data: an ImageFolder path (train/ and val/, or class folders), "shapes", "synthetic", or a (train, val) pair of
+# map-style datasets yielding (input tensor, class index).
+DataLike = Union[str, "os.PathLike[str]", tuple["Dataset", "Dataset"]]
+
+
+def train(model: ModelLike, data: DataLike, *, profile: str | None = None, epochs: int | None = None,
+          run_name: str | None = None, **settings: object) -> RunSummary:
+    """Train `model` on `data` as `fasttrain train` does; -> the run's summary (also runs/NAME/summary.json).
+
+    settings: any other flag of `fasttrain train` by its name with underscores: batch_size=64 or "auto",
+    image_size=224, set={"optim.lr": 0.1}, resume="runs/NAME" (or "auto" with run_name), seed=1, no_tune=True,
+    save_every_minutes=30, pretrained=True, quiet=True, runs_dir="runs", num_classes=..., on_nan="skip" ...
+    A model object is trained in place (afterwards it holds the last epoch's weights) and a run of a model or data
+    given as Python objects resumes from Python: the same call with resume="runs/NAME". In a notebook the run shows
+    a live view in the cell; elsewhere the terminal's dashboard. A stopped run (the notebook's interrupt, SIGTERM)
+    saves a checkpoint and returns its summary, with `interrupted` and `resume_command` set.
+    Raises UserError for bad input (the command line's one-line reason), JobFailed when the run itself failed.
+    """
+    from fasttrain.ui.notebook import in_notebook, notebook_display
+    model_obj, model_name = _model_arg(model)
+    pair, data_spec = _data_arg(data)
+    display = notebook_display if in_notebook() else None
+    with given(model_obj, pair) as (given_model, given_data), _own_signals():
+        keywords = {"model": given_model or model_name, "data": given_data or data_spec, "profile": profile,
+                    "epochs": epochs, "run_name": run_name, **settings}
+        summary = flags.run("train", keywords, "fasttrain.train", display)
+    return RunSummary(summary)  # type: ignore[arg-type]
+
+
+def plan(model: ModelLike, data: DataLike, *, profile: str | None = None, epochs: int | None = None,
+         run_name: str | None = None, **settings: object) -> Plan:
+    """What `fasttrain.train()` with the same arguments would do on this machine, and why (`train --dry-run`):
+    device, precision after fallbacks, batch, workers, the scaled LR, the notes. Trains nothing."""
+    from fasttrain.train.setup.plan_view import plan_view
+    model_obj, model_name = _model_arg(model)
+    pair, data_spec = _data_arg(data)
+    with given(model_obj, pair) as (given_model, given_data):
+        keywords = {"model": given_model or model_name, "data": given_data or data_spec, "profile": profile,
+                    "epochs": epochs, "run_name": run_name, **settings, "dry_run": True}
+        prep: Prepared = flags.run("train", keywords, "fasttrain.plan", allow=("dry_run",))  # type: ignore[assignment]
+        return Plan(prep.plan, plan_view(prep))  # the view's forecast reads the model while it is registered
+
+
+def doctor(*, profile: str | None = None, **settings: object) -> Report:
+    """Inspect this machine as `fasttrain doctor` does (GPU, PyTorch build, CPU, RAM, /dev/shm, disk); -> the
+    findings and the recommended settings. settings: data="DIR" (read speed), target_images_per_s=N,
+    write_profile="FILE" (with force=True to replace it), report_from="doctor.json"."""
+    result = flags.run("doctor", {"profile": profile, **settings}, "fasttrain.doctor")
+    return Report(result)  # type: ignore[arg-type]
+
+
+def estimate(model: ModelLike, *, profile: str | None = None, **settings: object) -> Forecast:
+    """Forecast a run as `fasttrain estimate` does: time, GPU memory, host RAM, bottleneck and cost, for the
+    profile's GPU (or gpu="T4") before paying for it. settings: image_size=, epochs=, dataset_size= or data="DIR",
+    num_classes=, batch_size=, set={...}, measure=True (also time a few real steps here), compare=True."""
+    model_obj, model_name = _model_arg(model)
+    with given(model_obj) as (given_model, _):
+        name = given_model or model_name
+        result = flags.run("estimate", {"model": name, "profile": profile, **settings}, "fasttrain.estimate")
+    return Forecast(result, name)  # type: ignore[arg-type]
+
+
+def _model_arg(model: object) -> tuple[object | None, str]:
+    """(the object to register, or None; the name to pass as --model)."""
+    if isinstance(model, str):
+        return None, model
+    if callable(model):  # a torch.nn.Module is callable too, and so is a class or a builder function
+        return model, ""
+    raise UserError([Problem("model", "expected a torch.nn.Module, a class or function that builds one, or a model "
+                             "name (timm, torchvision, tiny_cnn, module:callable)", "", model)])
+
+
+def _data_arg(data: object) -> tuple[tuple[object, object] | None, str]:
+    """(the (train, val) pair to register, or None; the spec to pass as --data)."""
+    if isinstance(data, str) or (isinstance(data, os.PathLike) and isinstance(os.fspath(data), str)):
+        return None, os.fspath(data)
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        if all(hasattr(part, "dataset") and hasattr(part, "batch_size") for part in data):
+            raise UserError([Problem("data", "got DataLoaders: fasttrain builds the loaders the plan asks for (batch, "
+                                     "workers, pinned memory)", "pass their datasets: (train_loader.dataset, "
+                                     "val_loader.dataset)")])
+        return (data[0], data[1]), ""
+    raise UserError([Problem("data", "expected a data folder, shapes or synthetic, or a (train, val) pair of "
+                             "datasets", "e.g. fasttrain.train(Net(), (train_ds, val_ds))", data)])
+
+
+@contextmanager
+def _own_signals() -> Iterator[None]:
+    """The SIGINT and SIGTERM handlers the caller had (a notebook kernel's own), back after the run: the command
+    line's run ends by leaving SIGTERM to the process's end (train/signals/lifecycle.py), a kernel lives on."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)

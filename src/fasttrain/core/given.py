@@ -1,0 +1,105 @@
+"""Python objects handed to the API (`fasttrain.train(Net(), (train, val))`), known to the run by a name.
+
+A model object or class, or a (train, val) pair of datasets, cannot travel as a `--model` or `--data` string.
+The API registers it here for the length of one call, under a name that says what it is (`python:Net#1a2b3c4d`);
+the places that build a model or open data by name (models/given_model.py, datasets/build.py) find it there, so
+the run takes the same path as on the command line. The name is what the plan, the summary and the checkpoint
+record. A later process that meets it (`fasttrain train --resume` in a shell) cannot rebuild the object:
+`missing()` says so, and how to resume from Python. No torch here: the fingerprint reads only repr() and shapes.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fasttrain.core.errors import Problem, UserError
+
+PREFIX = "python:"
+MAX_LABEL_CHARS = 60  # a class's name in the run's model name: beyond it, a generated name
+
+_MODELS: dict[str, object] = {}
+_DATA: dict[str, tuple[object, object]] = {}
+
+
+def is_given(name: object) -> bool:
+    """A name the API gave a Python object (registered or not: a later process sees the name only)."""
+    return isinstance(name, str) and name.startswith(PREFIX)
+
+
+def _label(obj: object) -> str:
+    """The class's (or the builder function's) own name, as the notebook wrote it: `Net`, `build_net`."""
+    named = obj if isinstance(obj, type) or not hasattr(obj, "state_dict") and callable(obj) else type(obj)
+    text = getattr(named, "__name__", None)
+    text = text if isinstance(text, str) and text else type(obj).__name__
+    return "".join(c if c.isalnum() or c in "._<>" else "_" for c in text)[:MAX_LABEL_CHARS]
+
+
+def _fingerprint(obj: object) -> str:
+    """8 hex digits that change with the architecture: a model's repr and its tensors' shapes (the tuning cache
+    keys on the model name, so two different classes called Net must not share its entries); a class or a
+    builder function: its module and qualified name."""
+    state = getattr(obj, "state_dict", None)
+    if callable(state) and not isinstance(obj, type):
+        shapes = [(key, tuple(getattr(value, "shape", ()))) for key, value in state().items()]
+        text = f"{type(obj).__module__}.{type(obj).__qualname__}|{obj!r}|{shapes}"
+    else:
+        text = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def model_name(model: object) -> str:
+    """The run's name for a model object, class or builder: `python:Net#1a2b3c4d`."""
+    return f"{PREFIX}{_label(model)}#{_fingerprint(model)}"
+
+
+def data_name(train: object, val: object) -> str:
+    """The run's name for a (train, val) pair: `python:Flowers,Flowers`."""
+    return f"{PREFIX}{_label(type(train))},{_label(type(val))}"
+
+
+@contextmanager
+def given(model: object = None, data: tuple[object, object] | None = None) -> Iterator[tuple[str | None, str | None]]:
+    """Register `model` and/or the `data` pair for the length of the block -> (model name, data name), None for
+    what was not given. Nested calls with the same object are fine: the name is the same."""
+    names: tuple[str | None, str | None] = (model_name(model) if model is not None else None,
+                                            data_name(*data) if data is not None else None)
+    saved = (_MODELS.get(names[0] or ""), _DATA.get(names[1] or ""))
+    if names[0] is not None:
+        _MODELS[names[0]] = model
+    if names[1] is not None and data is not None:
+        _DATA[names[1]] = data
+    try:
+        yield names
+    finally:
+        for table, name, before in ((_MODELS, names[0], saved[0]), (_DATA, names[1], saved[1])):
+            if name is None:
+                continue
+            if before is None:
+                table.pop(name, None)  # type: ignore[attr-defined]
+            else:
+                table[name] = before  # type: ignore[index]
+
+
+def model(name: str) -> object:
+    """The model object, class or builder registered under `name`, else the UserError of missing()."""
+    if name not in _MODELS:
+        raise missing(name, "--model")
+    return _MODELS[name]
+
+
+def datasets(name: str) -> tuple[object, object]:
+    """The (train, val) pair registered under `name`, else the UserError of missing()."""
+    if name not in _DATA:
+        raise missing(name, "--data")
+    return _DATA[name]
+
+
+def missing(name: str, where: str) -> UserError:
+    """A given name met where its object is not (a run of Python objects resumed from a shell)."""
+    what = "model" if where == "--model" else "data"
+    return UserError([Problem(where, f"{name!r} was a Python object handed to fasttrain.train(), which a command "
+                              "line cannot rebuild",
+                              f"resume from Python with the same {what}: fasttrain.train(model, data, "
+                              "resume='runs/NAME') (docs/notebook.md), or train a named model on a data folder",
+                              )])

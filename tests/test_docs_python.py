@@ -1,0 +1,59 @@
+"""Every ```python block of README.md and docs/*.md runs in a test, or is listed here with the reason it cannot.
+
+docs/notebook.md's blocks are the cells of a notebook: tests/test_notebook.py runs them in a real Jupyter kernel.
+The others run here in a real child process, in a temporary working directory, after SUBSTITUTIONS (a data folder
+becomes a small real image tree, a 10-epoch run a 1-epoch one); each substitution must still match its document.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, child_env
+from loop_helpers import write_image_folder
+
+DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+RUN_ELSEWHERE = {"docs/notebook.md": "the cells of a notebook: tests/test_notebook.py runs them in a Jupyter kernel"}
+# (file, first line of the block) -> why it cannot run as written
+NOT_RUNNABLE = {
+    ("docs/bench.md", "from fasttrain.profiles import presets"):
+        "a fragment showing the order of the calls with the caller's own variables (ref, sets, report...)",
+}
+SUBSTITUTIONS = {"README.md": {'"/data/flowers"': '"{data}"', "epochs=10": "epochs=1"}}
+
+
+def _blocks() -> list[tuple[str, str]]:
+    return [(str(path.relative_to(REPO)), block) for path in DOC_FILES
+            for block in PYTHON_BLOCK.findall(path.read_text(encoding="utf-8"))]
+
+
+BLOCKS = _blocks()
+RUNNABLE = [(f, b) for f, b in BLOCKS if f not in RUN_ELSEWHERE and (f, b.splitlines()[0]) not in NOT_RUNNABLE]
+
+
+def test_every_python_block_runs_somewhere_or_says_why_not() -> None:
+    listed = {key for key in NOT_RUNNABLE}
+    found = {(f, b.splitlines()[0]) for f, b in BLOCKS}
+    assert listed <= found, f"NOT_RUNNABLE names blocks the docs no longer have: {sorted(listed - found)}"
+    assert {f for f, _ in RUNNABLE} <= set(SUBSTITUTIONS), "a new runnable block: give its file SUBSTITUTIONS"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("doc, block", RUNNABLE, ids=[f"{f}:{b.splitlines()[0][:30]}" for f, b in RUNNABLE])
+def test_a_python_block_of_the_docs_runs(doc: str, block: str, tmp_path: Path) -> None:
+    data = write_image_folder(tmp_path / "data", classes=3, train_per_class=40, val_per_class=8)
+    for old, new in SUBSTITUTIONS[doc].items():
+        assert old in block, f"{doc} no longer contains {old!r}: update SUBSTITUTIONS"
+        block = block.replace(old, new.format(data=data))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = child_env({"PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run([sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=280)
+    assert proc.returncode == 0, f"{doc}:\n{block}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr
