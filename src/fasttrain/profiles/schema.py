@@ -107,6 +107,8 @@ class AugmentSpec(_Section):
     random_resized_crop_scale: tuple[float, float] = Field(
         (0.08, 1.0), description="[min, max] share of the image area a random crop keeps, 0 < min <= max <= 1")
     hflip: float = Field(0.5, ge=0, le=1, description="probability")
+    test_flip: bool = Field(False, description="validate on each image and its mirror image, logits averaged (only "
+                            "where flips are on: a mirror image is then an image of the same class)")
     color_jitter: float = Field(0.0, ge=0, le=10, description="strength for brightness/contrast/saturation")
     rotation_degrees: float = Field(0.0, ge=0, le=180)
     translate: float = Field(0.0, ge=0, lt=1, description="fraction of the image")

@@ -51,6 +51,7 @@ class LoopOptions:
     extras: Callable[[int], RunExtras] | None = None  # the run's part of a checkpoint (arg: batches this pass)
     launched_at: float | None = None  # time.time() when the process started: each epoch row's elapsed_s counts from it
     budget: BudgetPace | None = None  # a time budget: when training stops, where the LR schedule ends
+    test_flip: bool = False           # validate each image with its mirror image (augment.test_flip, flips valid)
 
 
 class Trainer:
@@ -171,7 +172,7 @@ class Trainer:
     # -- validation ----------------------------------------------------------------------------------
     def validate(self, loader: Iterable[Any], max_batches: int | None = None) -> dict[str, Any]:
         """Loss, acc@1 and (with 5 or more classes) acc@5 over the validation set; one sync at the end."""
-        return evaluate(self.engine, loader, dist=self.dist, max_batches=max_batches)
+        return evaluate(self.engine, loader, dist=self.dist, max_batches=max_batches, test_flip=self.options.test_flip)
 
     # -- the whole run -------------------------------------------------------------------------------
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None, epochs: int, *,

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 @torch.no_grad()
 def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | None = None,
-             max_batches: int | None = None) -> dict[str, Any]:
-    """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks."""
+             max_batches: int | None = None, test_flip: bool = False) -> dict[str, Any]:
+    """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks.
+    `test_flip`: the logits of each image and of its mirror image, averaged (twice the validation compute)."""
     device = engine.device
     engine.train_mode(False)
     # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
@@ -33,6 +34,8 @@ def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | N
         images, targets = engine.to_device(*unpack_batch(batch))
         with engine.precision.autocast():
             logits = run(images)
+            if test_flip:
+                logits = (logits.float() + run(images.flip(-1)).float()) / 2
         logits = logits.float()
         classes = logits.shape[1]
         loss_sum += torch.nn.functional.cross_entropy(logits, targets, reduction="sum")

@@ -174,6 +174,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     options = LoopOptions(budget=pace, on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
                           launched_at=run.launched_at,
+                          test_flip=profile.augment.test_flip and profile.augment.hflip > 0,
                           before_step=thread_ab.hook(prep, run.tuning, listener.on_message) if run.dist is None else None)
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
                         checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)
