@@ -68,6 +68,9 @@ class TorchInfo(_Data):
     probe_method: str = ""
     import_error: str | None = None  # torch is installed but importing it failed (last line of the error)
     cxx_compiler: str | None = None  # inductor's CPU backend compiles C++
+    # torch.cuda.get_arch_list(): the GPU architectures the build has kernels for ("sm_75", "compute_120"); None
+    # when not asked (no GPU here, or a report recorded before fasttrain asked). hardware/arch.py judges it.
+    arch_list: list[str] | None = None
 
 
 class CpuInfo(_Data):

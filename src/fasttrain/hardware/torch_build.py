@@ -167,6 +167,7 @@ def merge_child(info: TorchInfo, seen: dict | None, error: str | None) -> TorchI
         "cuda_available": bool(seen.get("cuda_available")),
         "device_count": int(seen.get("device_count") or 0),
         "nccl_version": seen.get("nccl_version") or info.nccl_version,
+        "arch_list": seen.get("arch_list"),
         "probe_method": "import",
         "import_error": "; ".join(seen.get("errors") or []) or None,
     })

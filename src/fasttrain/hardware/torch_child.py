@@ -50,6 +50,7 @@ def collect() -> dict:
         "nccl_version": None,
         "devices": [],
         "cpu_capability": None,
+        "arch_list": None,
         "errors": [],
     }
     try:
@@ -60,6 +61,10 @@ def collect() -> dict:
         info["cudnn_version"] = torch.backends.cudnn.version()
     except Exception as exc:
         info["errors"].append(f"cudnn: {exc}")
+    try:  # the architectures the build has kernels for: known without a GPU (hardware/arch.py judges them)
+        info["arch_list"] = list(torch.cuda.get_arch_list()) if info["cuda_version"] else None
+    except Exception as exc:
+        info["errors"].append(f"arch list: {exc}")
     try:
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
