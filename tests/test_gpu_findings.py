@@ -69,3 +69,48 @@ def test_resume_a_two_gpu_run_on_one_gpu(tmp_path) -> None:  # noqa: ANN001
     assert first.returncode == 0, first.stderr[-3000:]
     resumed = _tiny_run(tmp_path, "two", "--resume", "runs/two", "--epochs", "2", env={"CUDA_VISIBLE_DEVICES": "0"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def _cuda_engine(model, optim=None, **plan_changes):  # noqa: ANN001, ANN003, ANN202
+    """A StepEngine on cuda:0 with the back-off on, for a plan of the small CPU profile moved to the GPU."""
+    import dataclasses
+
+    from fasttrain.profiles.schema import OptimSpec
+    from fasttrain.train.loop.step import StepEngine
+    from loop_helpers import cpu_plan
+
+    plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False, "fused_optimizer": False})
+    plan = dataclasses.replace(plan, device="cuda", **plan_changes)
+    warnings: list[str] = []
+    engine = StepEngine.build(plan, optim or profile.optim, model, batches_per_epoch=100, warn=warnings.append)
+    return engine, warnings
+
+
+@pytest.mark.timeout(300)
+def test_out_of_memory_in_the_first_optimizer_step_under_a_real_limit() -> None:
+    """Finding 4: P = 246 MiB of weights. Forward and backward need ~2P; the first multi-tensor SGD step with
+    weight decay needs 4P (weights, gradients, the decayed copy of every gradient, the momentum buffers), over
+    the 900 MiB limit; the per-parameter retry needs 3P plus one layer. The run goes on."""
+    import torch
+    from torch import nn
+
+    from fasttrain.profiles.schema import OptimSpec
+    from gpu_helpers import allocator_limit, release_cuda
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 2048, bias=False),
+                          *[nn.Linear(2048, 2048, bias=False) for _ in range(15)])
+    optim = OptimSpec(optimizer="sgd", momentum=0.9, weight_decay=1e-4, schedule="constant")
+    try:
+        with allocator_limit(900 * 2**20):
+            engine, warnings = _cuda_engine(model, optim)
+            images, targets = torch.randn(8, 3, 16, 16), torch.randint(0, 2048, (8,))
+            for index in range(3):
+                out = engine.step((images, targets), index, 3, epoch=0, measure=False)
+            torch.cuda.synchronize()
+        assert out.closed and bool(torch.isfinite(out.loss))
+        event, = engine.backoff.events
+        assert event["stage"] == "optimizer step" and event["step"] == 1, engine.backoff.events
+        assert any("out of memory in the optimizer step" in w for w in warnings), warnings
+    finally:
+        release_cuda()

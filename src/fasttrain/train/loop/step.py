@@ -126,7 +126,7 @@ class StepEngine:
         loss = self._retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
         loss_ok = torch.isfinite(loss)  # kept on the device: no sync per step
         scale_before = self.precision.scale if measure and closes and self.precision.scaler is not None else None
-        norm = self.optimizer_step(want_norm=measure) if closes else None
+        norm = self.optimizer_step(want_norm=measure, at=(epoch, index, int(targets.shape[0]))) if closes else None
         bad = ~loss_ok
         if closes and self.precision.guard_found_inf is not None:
             bad = bad | (self.precision.guard_found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped
@@ -225,8 +225,9 @@ class StepEngine:
         smoothing = 0.0 if targets.dtype.is_floating_point else self.settings.label_smoothing
         return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
 
-    def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:
+    def optimizer_step(self, want_norm: bool = False, at: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor | None:
         """LR, unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
+        Out of memory in the step: the back-off retries it once (backoff.py). `at`: (epoch, batch index, samples).
         -> total gradient norm (a device tensor) when clipping or when asked, else None."""
         self.schedule.apply()
         norm = None
@@ -234,7 +235,8 @@ class StepEngine:
         if clip is not None or want_norm:
             self.precision.unscale_(self.optimizer)
             norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip is not None else total_norm(self.params)
-        self.precision.optimizer_step(self.optimizer, self.params, norm)
+        self.backoff.retry_optimizer_step(lambda: self.precision.optimizer_step(self.optimizer, self.params, norm),
+                                          self.optimizer, self.device, self.schedule, at)
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         return norm
