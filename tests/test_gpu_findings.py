@@ -114,3 +114,43 @@ def test_out_of_memory_in_the_first_optimizer_step_under_a_real_limit() -> None:
         assert any("out of memory in the optimizer step" in w for w in warnings), warnings
     finally:
         release_cuda()
+
+
+LAUNCHER_SCRIPT = """
+import os, sys, pynvml
+from fasttrain.cli import main
+code = main(sys.argv[1:])
+pynvml.nvmlInit()
+held = [i for i in range(pynvml.nvmlDeviceGetCount()) for p in
+        pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i)) if p.pid == os.getpid()]
+print("LAUNCHER_HOLDS_CONTEXT_ON", held)
+sys.exit(code)
+"""
+
+
+@pytest.mark.timeout(900)
+def test_auto_batch_on_two_gpus_is_one_answer_and_the_launcher_holds_no_context(tmp_path) -> None:  # noqa: ANN001
+    """Finding 2 on a 2-GPU machine: `--nproc-per-node 2 --batch-size auto`: the search runs once (a child of
+    the launcher), both ranks train its split (DDP would hang or the effective batch would be wrong otherwise),
+    and the launcher holds no CUDA context on any GPU (NVML's list of compute processes) when the job is done."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from conftest import child_env
+    from gpu_helpers import summary, write_profile
+    from loop_helpers import write_image_folder
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    write_image_folder(tmp_path / "data", train_per_class=32)
+    write_profile(tmp_path / "p.yaml", optim={"epochs": 1})
+    done = subprocess.run([sys.executable, "-c", LAUNCHER_SCRIPT, "train", "--profile", "p.yaml", "--data", "data",
+                           "--model", "resnet18", "--batch-size", "auto", "--nproc-per-node", "2", "--run-name",
+                           "auto2", "--quiet"], capture_output=True, text=True, cwd=tmp_path, timeout=800,
+                          env=child_env({"CUDA_VISIBLE_DEVICES": "0,1"}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "LAUNCHER_HOLDS_CONTEXT_ON []" in done.stdout  # NVML lists no context of the launcher on any GPU
+    result = summary(tmp_path / "runs" / "auto2")
+    assert result["world_size"] == 2 and result["epochs_run"] == 1, result
+    assert any("batch auto" in n for n in result["notes"]), result["notes"]
