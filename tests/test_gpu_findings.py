@@ -154,3 +154,51 @@ def test_auto_batch_on_two_gpus_is_one_answer_and_the_launcher_holds_no_context(
     result = summary(tmp_path / "runs" / "auto2")
     assert result["world_size"] == 2 and result["epochs_run"] == 1, result
     assert any("batch auto" in n for n in result["notes"]), result["notes"]
+
+
+class _RecordingConvs:
+    """A conv net whose activations (about 8 MiB a sample at 128 px) overflow a 300 MiB limit at batch 64;
+    it keeps a host copy of every input its forward sees."""
+
+    @staticmethod
+    def build():  # noqa: ANN205
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+                                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 4))
+                self.seen: list = []
+
+            def forward(self, x):  # noqa: ANN001, ANN202
+                self.seen.append(x.detach().float().cpu())
+                return self.body(x)
+
+        return Net()
+
+
+@pytest.mark.timeout(300)
+def test_mixup_and_the_out_of_memory_retry_see_the_same_images() -> None:
+    """Finding 5 under a real allocator limit: the retry's micro-batches are the first attempt's mixed images."""
+    import torch
+
+    from fasttrain.datasets.transforms import make_mixup
+    from fasttrain.profiles.schema import OptimSpec
+    from gpu_helpers import allocator_limit, release_cuda
+
+    torch.manual_seed(0)
+    model = _RecordingConvs.build()
+    try:
+        with allocator_limit(300 * 2**20):
+            engine, _ = _cuda_engine(model)
+            engine.mixup = make_mixup(OptimSpec(mixup_alpha=0.8), 4)
+            images, targets = torch.randn(64, 3, 128, 128), torch.randint(0, 4, (64,))
+            engine.step((images, targets), 0, 1, epoch=0, measure=False)
+            torch.cuda.synchronize()
+        splits = engine.backoff.splits
+        assert splits > 1, "batch 64 should not fit in 300 MiB"
+        assert torch.equal(torch.cat(model.seen[-splits:]), model.seen[0])
+        assert not torch.equal(model.seen[0], images)  # it was mixed
+    finally:
+        release_cuda()

@@ -4,7 +4,7 @@
 The order of a step (docs/architecture.md draws it with the file of each stage):
   1. copy the batch to the device: pinned memory and non_blocking, channels_last in the same copy, uint8
      batches normalised there (4x less to copy)
-  2. forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
+  2. mixup (once, before any retry), forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
      by its accumulation window's length; out of memory: the same data again as smaller micro-batches
      (backoff.py keeps the count and says so)
   3. when the batch closes its accumulation window: the LR of this step, unscale, clip, the guarded optimizer
@@ -120,6 +120,8 @@ class StepEngine:
         if events:
             events[1].record()
         copied = time.perf_counter()
+        if self.mixup is not None and targets.dim() == 1:  # once: an out-of-memory retry reuses these images
+            images, targets = self.mixup(images, targets)    # (timm mixes in place; mixing twice is wrong)
         accumulation = self.settings.accumulation
         window, closes = window_length(index, batches, accumulation)
         lr = self.schedule.current()
@@ -179,9 +181,8 @@ class StepEngine:
         """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
         gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
         After a back-off the batch runs as micro-batches (same order), the loss their weighted mean.
-        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet."""
-        if self.mixup is not None and targets.dim() == 1:
-            images, targets = self.mixup(images, targets)
+        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet.
+        Mixup has already been applied by step()."""
         n, splits = int(targets.shape[0]), self.backoff.splits
         if splits <= 1 or n <= 1:
             return self._compiled_or_eager(images, targets, window, sync)
