@@ -202,3 +202,23 @@ def test_mixup_and_the_out_of_memory_retry_see_the_same_images() -> None:
         assert not torch.equal(model.seen[0], images)  # it was mixed
     finally:
         release_cuda()
+
+
+@pytest.mark.timeout(300)
+def test_the_plan_names_torchs_device_zero_under_a_swapped_device_order(tmp_path) -> None:  # noqa: ANN001
+    """Finding 6 on a 2-GPU machine: under CUDA_VISIBLE_DEVICES=1,0 the plan's GPU is torch's device 0."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    from conftest import child_env, run_subprocess
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    env = {"CUDA_VISIBLE_DEVICES": "1,0"}
+    name = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"],
+                          capture_output=True, text=True, env=child_env(env), timeout=120).stdout.strip()
+    dry = run_subprocess("train", "--data", "synthetic", "--dry-run", "--json", env=env, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert json.loads(dry.stdout)["plan"]["device_reason"] == name

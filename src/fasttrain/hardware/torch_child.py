@@ -49,6 +49,7 @@ def collect() -> dict:
         "device_count": 0,
         "nccl_version": None,
         "devices": [],
+        "current_device": 0,
         "cpu_capability": None,
         "arch_list": None,
         "errors": [],
@@ -70,6 +71,7 @@ def collect() -> dict:
         if info["cuda_available"]:
             info["device_count"] = torch.cuda.device_count()
             info["devices"] = _devices(torch)
+            info["current_device"] = torch.cuda.current_device()  # 0 here; a worker's own GPU in-process
             info["nccl_version"] = _nccl(torch)
     except Exception as exc:  # e.g. the driver is older than the CUDA the wheel was built for
         info["errors"].append(f"cuda: {type(exc).__name__}: {exc}")
