@@ -222,3 +222,24 @@ def test_the_plan_names_torchs_device_zero_under_a_swapped_device_order(tmp_path
     dry = run_subprocess("train", "--data", "synthetic", "--dry-run", "--json", env=env, cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert json.loads(dry.stdout)["plan"]["device_reason"] == name
+
+
+@pytest.mark.timeout(600)
+def test_the_plan_fits_the_batch_to_what_the_device_has_free(tmp_path) -> None:  # noqa: ANN001
+    """Finding 7: another process (this test) holds all but 3 GiB of the card; the dry run of ResNet-50 at batch
+    256 (~13 GiB) splits it into micro-batches for the free 3 GiB, not for the card's total."""
+    import json
+
+    from conftest import run_subprocess
+    from gpu_helpers import device_nearly_full, release_cuda, write_profile
+    write_profile(tmp_path / "big.yaml", loader={"batch_size": 256, "image_size": 224})
+    try:
+        with device_nearly_full(3 * 2**30):
+            dry = run_subprocess("train", "--profile", "big.yaml", "--data", "synthetic", "--model", "resnet50",
+                                 "--image-size", "224", "--dry-run", "--json", cwd=tmp_path, timeout=500)
+    finally:
+        release_cuda()
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    plan = json.loads(dry.stdout)["plan"]
+    assert plan["batch_size"] * plan["accumulation_steps"] == 256 and plan["batch_size"] < 256, plan
+    assert any("GPU memory" in note for note in plan["notes"]), plan["notes"]

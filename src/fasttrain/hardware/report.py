@@ -56,6 +56,8 @@ class TorchDevice(_Data):
     uuid: str | None = None         # "GPU-..." like NVML's, so the two can be matched
     total_memory: int | None = None  # bytes
     capability: str | None = None
+    free_memory: int | None = None   # bytes torch.cuda.mem_get_info() said were free, read by a process with a
+    #                                  CUDA context on it (its own context's memory is already taken)
 
 
 class TorchInfo(_Data):
@@ -163,6 +165,22 @@ class HardwareReport(_Data):
             if same:
                 return same[0]
         return next((g for g in self.gpus if g.visible_to_torch is not False), self.gpus[0])
+
+    def training_memory(self) -> tuple[int, str] | None:
+        """(bytes of GPU memory a run here can use, where the number comes from), or None without CUDA. What the
+        device reports free, not the card's size: a MIG slice has a fraction of it, a laptop's desktop holds some,
+        another process may hold more. "torch": torch.cuda.mem_get_info() of the training device, read with a
+        CUDA context on it (so that context is already taken); "nvml": NVML's free memory of the training GPU;
+        "total": neither was recorded."""
+        gpu = self.training_gpu()
+        if gpu is None:
+            return None
+        device = self.training_device()
+        if device is not None and device.free_memory is not None:
+            return device.free_memory, "torch"
+        if gpu.memory_free_bytes is not None:
+            return gpu.memory_free_bytes, "nvml"
+        return gpu.memory_total_bytes, "total"
 
     def training_device(self) -> TorchDevice | None:
         """torch's view of the device this process trains on, when the report has it."""

@@ -22,22 +22,29 @@ def _nccl(torch) -> str | None:
     return str(version)
 
 
-def _devices(torch) -> list[dict]:
+def _devices(torch, free: str) -> list[dict]:
+    """Each device as torch numbers it. free: "all" (this child: the contexts it makes go away with it),
+    "current" (a training process: only the device it trains on, whose context it holds anyway) or "none"."""
     out = []
+    current = torch.cuda.current_device()
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
         uuid = getattr(props, "uuid", None)
+        read = free == "all" or (free == "current" and i == current)
         out.append({
             "index": i,
             "name": props.name,
             "total_memory": int(props.total_memory),
             "capability": f"{props.major}.{props.minor}",
-            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else uuid,
+            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else str(uuid) or None,
+            # what the driver says is free for this process now: a MIG slice's, less what a desktop holds
+            "free_memory": int(torch.cuda.mem_get_info(i)[0]) if read else None,
         })
     return out
 
 
-def collect() -> dict:
+def collect(free: str = "all") -> dict:
+    """What torch sees; `free`: whose free memory to read (see _devices)."""
     import torch
 
     info: dict = {
@@ -70,7 +77,7 @@ def collect() -> dict:
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
             info["device_count"] = torch.cuda.device_count()
-            info["devices"] = _devices(torch)
+            info["devices"] = _devices(torch, free)
             info["current_device"] = torch.cuda.current_device()  # 0 here; a worker's own GPU in-process
             info["nccl_version"] = _nccl(torch)
     except Exception as exc:  # e.g. the driver is older than the CUDA the wheel was built for

@@ -25,13 +25,18 @@ DECIDE_TIMEOUT = datetime.timedelta(minutes=30)
 _STORES: list[Any] = []  # rank 0's hosted store stays alive until the process group takes the port over
 
 
-def claim_device(world: WorkerWorld | None) -> int | None:
-    """A torchrun worker's GPU, set before any CUDA work -> its index; None outside a worker or without CUDA
-    (and where LOCAL_RANK has no GPU: setup/world.py refuses that with the reason)."""
-    if world is None:
-        return None
+def claim_device(world: WorkerWorld | None, *, launching: bool = False) -> int | None:
+    """The GPU this process trains on, taken before any other CUDA work -> its index; None without CUDA, in the
+    launcher of several workers (it trains on none: it must hold no context) and where LOCAL_RANK has no GPU
+    (setup/world.py refuses that with the reason). A torchrun worker sets LOCAL_RANK's; one process initialises
+    CUDA on its current device, so the probe reads what that device has free (hardware/machine.py)."""
     import torch
-    if not torch.cuda.is_available() or world.local_rank >= torch.cuda.device_count():
+    if launching or not torch.cuda.is_available():
+        return None
+    if world is None:
+        torch.cuda.init()
+        return torch.cuda.current_device()
+    if world.local_rank >= torch.cuda.device_count():
         return None
     torch.cuda.set_device(world.local_rank)
     return world.local_rank

@@ -69,9 +69,12 @@ def limits(plan: Plan, profile: Profile, report: HardwareReport, params: int, pe
 
     ram = report.memory.ram_total_bytes if worker else report.memory.ram_available_bytes
     out = [Limit("RAM", ram, host)]
-    gpu = report.training_gpu()
-    if on_gpu and gpu is not None:
-        out.insert(0, Limit("GPU memory", gpu.memory_total_bytes, training))
+    memory = report.training_memory()
+    if on_gpu and memory is not None:  # what the device reports free (the back-off is off under DDP: plan it)
+        free, source = memory
+        # torch's reading was taken with a CUDA context held, and training() counts one: count it once
+        out.insert(0, Limit("GPU memory", free + (constants["cuda_context_bytes"] if source == "torch" else 0),
+                            training))
     return out
 
 

@@ -49,7 +49,7 @@ def prepare(given: TrainArgs) -> Prepared:
     if not args.dry_run and (world is None or world.is_main):
         check_runs_dir(args.runs_dir / args.run_name if resume is not None and args.run_name else args.runs_dir)
     from fasttrain.train.parallel.agree import claim_device
-    claim_device(world)  # a worker's own GPU before any CUDA work: the probe's and the batch search's included
+    claim_device(world, launching=args.launch is not None)  # before any CUDA work (the probe's, the search's)
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
