@@ -198,3 +198,26 @@ def test_every_bench_rotates_its_rounds_one_way() -> None:
     eight = list("abcdefgh")
     assert [rotated(eight, r, step=2)[0] for r in range(5)] == ["a", "c", "e", "g", "a"]
     assert rotated([], 3) == [] and rotated(["x"], 7) == ["x"]
+
+
+def test_the_timed_steps_carry_no_non_finite_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, finding 8: the fp32 baseline's steps went through the guard (on CUDA a GradScaler that syncs
+    with .item() and passes over the gradients each step unless the optimizer is fused; on the CPU the gradient
+    norm), a cost no plain loop has, which the fused variant escaped: every ratio leaned. Timed steps are plain."""
+    import torch
+
+    from fasttrain.models.registry import create_model
+    from fasttrain.train.loop import precision
+
+    checks: list[str] = []
+    real_norm, real_step = precision.total_norm, torch.amp.GradScaler.step
+    monkeypatch.setattr(precision, "total_norm", lambda params: checks.append("norm") or real_norm(params))
+    monkeypatch.setattr(torch.amp.GradScaler, "step", lambda self, opt, *a, **k: checks.append("scaler") or
+                        real_step(self, opt, *a, **k))
+    base, _, _ = bva.plan_variants(profile(), report("cpu_only"), only=[])
+    cand = bsp.build_candidate(base, lambda: create_model("tiny_cnn", 4), image_size=16, num_classes=4,
+                               optim=profile().optim, warmup_steps=1)
+    assert not isinstance(cand, bva.Skipped)
+    checks.clear()
+    bsp.run_steps(cand, 3)
+    assert checks == [] and cand.trainer.engine.precision.checker is None

@@ -91,10 +91,11 @@ class StepEngine:
     def build(cls, plan: Plan, optim: OptimSpec, model: torch.nn.Module, *, batches_per_epoch: int,
               activation_checkpointing: bool = False, mixup: Callable[..., Any] | None = None,
               dist: DistContext | None = None, warn: Callable[[str], None] = lambda text: None,
-              oom_backoff: bool = True) -> StepEngine:
+              oom_backoff: bool = True, nonfinite_guard: bool = True) -> StepEngine:
         """The model made ready for the plan (device, channels_last, DDP, compile), its optimizer, schedule and
         precision. The back-off is off under DDP (one rank cannot change the batch alone) and where the caller
-        must see an out-of-memory error itself (the batch search)."""
+        must see an out-of-memory error itself (the batch search); the non-finite guard is off where steps are
+        timed against a plain loop (`bench speedups`)."""
         warnings = Warnings(warn)
         module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
                                               warn=warnings, wrap=dist.wrap if dist is not None else None)
@@ -105,8 +106,9 @@ class StepEngine:
         settings = StepSettings(accumulation, plan.channels_last, plan.pin_memory, optim.clip_grad_norm,
                                 optim.label_smoothing, plan.device)
         backoff = OomBackoff(plan.effective_batch, warnings, enabled=oom_backoff and dist is None)
-        return cls(module, runner, optimizer, schedule, make_precision(plan.precision, plan.device), settings,
-                   backoff, mixup=mixup, notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
+        precision = make_precision(plan.precision, plan.device, guard=nonfinite_guard)
+        return cls(module, runner, optimizer, schedule, precision, settings, backoff, mixup=mixup,
+                   notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self, batch: Batch, index: int, batches: int, *, epoch: int, measure: bool) -> StepOutcome:
