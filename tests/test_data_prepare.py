@@ -214,7 +214,8 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
     samples = [(str(p), 0) for p in sorted(src.rglob("*.jpg"))]
     raw = FastImageFiles(samples, None)
     data, targets, bad = collate_bytes([raw[i] for i in range(len(raw))])
-    gpu = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
+    gpu, kept = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
+    assert kept == list(range(len(samples)))
     cpu = normalise_batch(torch.stack([FastImageFiles(samples, val_transform(32))[i][0]
                                        for i in range(len(samples))]))
     assert gpu.shape == cpu.shape and gpu.is_cuda and not bad
