@@ -243,3 +243,28 @@ def test_the_plan_fits_the_batch_to_what_the_device_has_free(tmp_path) -> None: 
     plan = json.loads(dry.stdout)["plan"]
     assert plan["batch_size"] * plan["accumulation_steps"] == 256 and plan["batch_size"] < 256, plan
     assert any("GPU memory" in note for note in plan["notes"]), plan["notes"]
+
+
+@pytest.mark.timeout(600)
+def test_an_out_of_memory_first_step_keeps_torch_compile() -> None:
+    """Finding 10: the first compiled step of batch 64 overflows a 300 MiB limit; the back-off retries it smaller
+    and the model stays compiled (before, CompileGuard fell back to eager for the whole run)."""
+    import torch
+
+    from fasttrain.models.setup import CompileGuard
+    from gpu_helpers import allocator_limit, release_cuda
+
+    torch.manual_seed(0)
+    try:
+        with allocator_limit(300 * 2**20):
+            engine, warnings = _cuda_engine(_RecordingConvs.build(), compile=True, compile_mode="default")
+            assert isinstance(engine.runner, CompileGuard)
+            images, targets = torch.randn(64, 3, 128, 128), torch.randint(0, 4, (64,))
+            for index in range(2):
+                engine.step((images, targets), index, 2, epoch=0, measure=False)
+            torch.cuda.synchronize()
+        assert engine.backoff.splits > 1
+        assert engine.runner.active, engine.runner.fallback_reason
+        assert not any("torch.compile" in w for w in warnings), warnings
+    finally:
+        release_cuda()

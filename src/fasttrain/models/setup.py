@@ -80,12 +80,16 @@ def enable_activation_checkpointing(model: nn.Module) -> str:
 
 
 class CompileGuard:
-    """Calls the compiled module; the first call in each mode that raises switches to eager with a warning."""
+    """Calls the compiled module; the first call in each mode that raises switches to eager with a warning, except
+    for an error `not_compilers` says is not the compiler's (out of memory: the out-of-memory back-off retries the
+    batch smaller, compiled; turning compile off for the whole run would be the wrong remedy)."""
 
-    def __init__(self, eager: nn.Module, mode: str, warn: Callable[[str], None]):
+    def __init__(self, eager: nn.Module, mode: str, warn: Callable[[str], None],
+                 not_compilers: Callable[[BaseException], bool] = lambda exc: False):
         self.eager = eager
         self.mode = mode
         self.warn = warn
+        self.not_compilers = not_compilers
         self.compiled: Callable[..., Any] | None = torch.compile(eager, mode=mode)
         self._verified: set[bool] = set()   # training flags that have run compiled at least once
         self.fallback_reason: str | None = None
@@ -102,6 +106,8 @@ class CompileGuard:
         try:
             return self.compiled(*args)
         except Exception as exc:  # noqa: BLE001 - any compiler error means: run eager
+            if self.not_compilers(exc):
+                raise
             self.fall_back(exc)
             return self.eager(*args)
 
@@ -123,10 +129,12 @@ class CompileGuard:
 
 def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool, warn: Callable[[str], None],
                   wrap: Callable[[nn.Module], nn.Module] | None = None,
+                  not_compilers: Callable[[BaseException], bool] = lambda exc: False,
                   ) -> tuple[nn.Module, Callable[..., Any], list[str]]:
     """-> (eager module holding the weights, the callable to run it with, notes).
     `wrap` (DistributedDataParallel, train/parallel/ddp.py DistContext.wrap) goes around the model once it is on its
-    device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give."""
+    device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give.
+    `not_compilers`: errors the CompileGuard passes on instead of falling back to eager (the caller's OOM test)."""
     notes = configure_backends(plan)
     if activation_checkpointing:
         notes.append("activation checkpointing: " + enable_activation_checkpointing(model))
@@ -135,5 +143,5 @@ def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: boo
         model = model.to(memory_format=torch.channels_last)
     top = wrap(model) if wrap is not None else model
     if plan.compile:
-        return model, CompileGuard(top, plan.compile_mode, warn), notes
+        return model, CompileGuard(top, plan.compile_mode, warn, not_compilers), notes
     return model, top, notes

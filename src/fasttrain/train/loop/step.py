@@ -98,7 +98,8 @@ class StepEngine:
         timed against a plain loop (`bench speedups`)."""
         warnings = Warnings(warn)
         module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
-                                              warn=warnings, wrap=dist.wrap if dist is not None else None)
+                                              warn=warnings, wrap=dist.wrap if dist is not None else None,
+                                              not_compilers=is_out_of_memory)
         optimizer = build_optimizer(module, optim, plan.scaled_lr, fused=plan.fused_optimizer)
         accumulation = max(1, plan.accumulation_steps)
         schedule = LRSchedule.from_spec(optimizer, optim, peak_lr=plan.scaled_lr,
