@@ -268,3 +268,28 @@ def test_an_out_of_memory_first_step_keeps_torch_compile() -> None:
         assert not any("torch.compile" in w for w in warnings), warnings
     finally:
         release_cuda()
+
+
+def test_the_side_stream_copy_gives_the_same_step() -> None:
+    """Finding 11: the copy runs on its own stream (the compute stream waits for it); the step's result is the
+    one a copy on the compute stream gives, bit for bit (fp32, no autotuning)."""
+    import torch
+    from torch import nn
+
+    from fasttrain.train.loop.transfer import DeviceCopy
+    from gpu_helpers import release_cuda
+
+    losses = []
+    for side in (True, False):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+        engine, _ = _cuda_engine(model, cudnn_benchmark=False, pin_memory=True)
+        engine.copy = DeviceCopy(engine.device, channels_last=False, non_blocking=True, side_stream=side)
+        assert (engine.copy.stream is not None) is side
+        gen = torch.Generator().manual_seed(1)
+        for index in range(3):
+            batch = (torch.randn(16, 3, 32, 32, generator=gen).pin_memory(), torch.randint(0, 4, (16,), generator=gen))
+            out = engine.step(batch, index, 3, epoch=0, measure=False)
+        losses.append(out.loss.item())
+    release_cuda()
+    assert losses[0] == losses[1]

@@ -2,8 +2,8 @@
 (synthetic.py), the tuning trial and the benchmarks.
 
 The order of a step (docs/architecture.md draws it with the file of each stage):
-  1. copy the batch to the device: pinned memory and non_blocking, channels_last in the same copy, uint8
-     batches normalised there (4x less to copy)
+  1. copy the batch to the device (transfer.py): pinned memory and non_blocking, channels_last in the same copy,
+     on CUDA a side stream the compute waits for; uint8 batches normalised there (4x less to copy)
   2. mixup (once, before any retry), forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
      by its accumulation window's length; out of memory: the same data again as smaller micro-batches
      (backoff.py keeps the count and says so)
@@ -33,6 +33,7 @@ from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
 from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
+from fasttrain.train.loop.transfer import DeviceCopy
 
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
@@ -84,6 +85,7 @@ class StepEngine:
         self.cuda = self.device.type == "cuda"
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.guard = NonFiniteGuard(self.device)
+        self.copy = DeviceCopy(self.device, channels_last=settings.channels_last, non_blocking=settings.non_blocking)
         self.notes = list(notes or [])  # what getting the model ready said (threads, checkpointing, ...)
         self.warnings = warnings or Warnings(lambda text: None)
 
@@ -145,14 +147,10 @@ class StepEngine:
                            StepTiming(copied - started, done - copied, done, tuple(events) if events else None))
 
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """channels_last in the same copy as the move; uint8 batches (the fast decode and shard paths) are
-        normalised on the device, after the 4x smaller copy."""
-        blocking = self.settings.non_blocking
-        if self.settings.channels_last and images.dim() == 4:
-            images = images.to(self.device, non_blocking=blocking, memory_format=torch.channels_last)
-        else:
-            images = images.to(self.device, non_blocking=blocking)
-        return normalise_batch(images), targets.to(self.device, non_blocking=blocking)
+        """The copy (transfer.py: channels_last in it, a side stream on CUDA); uint8 batches (the fast decode and
+        shard paths) are normalised on the device, after the 4x smaller copy, on the compute stream."""
+        images, targets = self.copy(images, targets)
+        return normalise_batch(images), targets
 
     def _retrying(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
                   sync: bool, *, where: tuple[int, int]) -> torch.Tensor:
