@@ -15,7 +15,7 @@ def test_a_first_step_out_of_memory_keeps_compile_and_halves_the_batch(monkeypat
     import fasttrain.models.setup as ms
     sizes: list[int] = []
 
-    def compiled_with_a_memory_limit(module, mode=None):  # noqa: ANN001, ANN202
+    def compiled_with_a_memory_limit(module, mode=None, dynamic=None):  # noqa: ANN001, ANN202
         def call(x):  # noqa: ANN001, ANN202
             sizes.append(int(x.shape[0]))
             if x.shape[0] > 2:

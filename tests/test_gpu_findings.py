@@ -293,3 +293,31 @@ def test_the_side_stream_copy_gives_the_same_step() -> None:
         losses.append(out.loss.item())
     release_cuda()
     assert losses[0] == losses[1]
+
+
+@pytest.mark.timeout(600)
+def test_a_short_last_batch_is_no_recompile() -> None:
+    """Finding 12 with inductor on CUDA: steps of 32 with one batch short of skipped files, then a validation
+    pass whose last batch is short: one graph per mode (torch._dynamo's own count of unique graphs)."""
+    import torch
+    from torch import nn
+    from torch._dynamo.utils import counters
+
+    from gpu_helpers import release_cuda
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    engine, warnings = _cuda_engine(model, compile=True, compile_mode="default", batch_size=32)
+    gen = torch.Generator().manual_seed(1)
+    sizes = [32, 32, 29, 32]
+    for index, n in enumerate(sizes):
+        engine.step((torch.randn(n, 3, 32, 32, generator=gen), torch.randint(0, 4, (n,), generator=gen)), index,
+                    len(sizes), epoch=0, measure=False)
+    from fasttrain.train.loop.validation import evaluate
+    evaluate(engine, [(torch.randn(n, 3, 32, 32), torch.randint(0, 4, (n,))) for n in (32, 32, 7)])
+    torch.cuda.synchronize()
+    release_cuda()
+    assert engine.runner.active and not any("torch.compile" in w for w in warnings), warnings
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])

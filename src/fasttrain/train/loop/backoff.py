@@ -100,3 +100,21 @@ def per_parameter_updates(optimizer: torch.optim.Optimizer) -> str | None:
             group["foreach"] = False
             changed = True
     return "per-parameter updates from now on (no multi-tensor temporaries)" if changed else None
+
+
+def take_grads(params: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
+    stash = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    return stash
+
+
+def give_back_grads(params: list[torch.Tensor], stash: list[torch.Tensor | None], keep_new: bool) -> None:
+    """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal autograd's own
+    old + new), or drop the new partial ones after a failure."""
+    for p, old in zip(params, stash):
+        if not keep_new or p.grad is None:
+            p.grad = old
+        elif old is not None:
+            p.grad.add_(old)

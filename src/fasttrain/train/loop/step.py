@@ -28,7 +28,7 @@ from fasttrain.datasets.fast_decode import normalise_batch
 from fasttrain.models.setup import CompileGuard, prepare_model
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.backoff import OomBackoff, give_back_grads, take_grads
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
@@ -52,6 +52,7 @@ class StepSettings:
     clip_grad_norm: float | None = None
     label_smoothing: float = 0.0
     device: str = "cpu"               # the plan's device ("cuda": the current CUDA device, set per rank)
+    batch_size: int | None = None     # the plan's per-device batch: its micro-batch is the size compile is for
 
 
 class Warnings:
@@ -107,7 +108,7 @@ class StepEngine:
         schedule = LRSchedule.from_spec(optimizer, optim, peak_lr=plan.scaled_lr,
                                         steps_per_epoch=math.ceil(max(1, batches_per_epoch) / accumulation))
         settings = StepSettings(accumulation, plan.channels_last, plan.pin_memory, optim.clip_grad_norm,
-                                optim.label_smoothing, plan.device)
+                                optim.label_smoothing, plan.device, plan.batch_size)
         backoff = OomBackoff(plan.effective_batch, warnings, enabled=oom_backoff and dist is None)
         precision = make_precision(plan.precision, plan.device, guard=nonfinite_guard)
         return cls(module, runner, optimizer, schedule, precision, settings, backoff, mixup=mixup,
@@ -158,7 +159,7 @@ class StepEngine:
         memory (the effective batch and the LR stay). `first_in_window`: no earlier gradients of this
         accumulation window to keep aside."""
         while True:
-            stash = None if first_in_window else self._take_grads()
+            stash = None if first_in_window else take_grads(self.params)
             try:
                 loss = self.forward_backward(images, targets, window, sync)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
@@ -167,15 +168,16 @@ class StepEngine:
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             else:
                 if stash is not None:
-                    self._give_back_grads(stash, keep_new=True)
+                    give_back_grads(self.params, stash, keep_new=True)
                 return loss
             # Outside the except block: the exception and the frames holding the step's tensors are gone.
             if stash is not None:
-                self._give_back_grads(stash, keep_new=False)
+                give_back_grads(self.params, stash, keep_new=False)
             else:
                 self.optimizer.zero_grad(set_to_none=True)
             free_device_memory(self.device)
             self.backoff.halve(int(targets.shape[0]), self.settings.accumulation, self.schedule, where, reason)
+
 
     def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
                          sync: bool = True) -> torch.Tensor:
@@ -185,6 +187,8 @@ class StepEngine:
         sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet.
         Mixup has already been applied by step()."""
         n, splits = int(targets.shape[0]), self.backoff.splits
+        if isinstance(self.runner, CompileGuard) and self.settings.batch_size:  # the steady micro-batch is the
+            self.runner.expect(True, self.micro_batch(self.settings.batch_size))  # compiled size (a resume's too)
         if splits <= 1 or n <= 1:
             return self._compiled_or_eager(images, targets, window, sync)
         parts = list(zip(images.split(math.ceil(n / splits)), targets.split(math.ceil(n / splits))))
@@ -202,7 +206,7 @@ class StepEngine:
         try:
             loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
-            if guard is None or not guard.active or guard.is_verified(self.module.training) \
+            if guard is None or not guard.ran_compiled or guard.is_verified(self.module.training) \
                     or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)
@@ -266,21 +270,6 @@ class StepEngine:
         """The micro-batch a loader batch of `batch` samples runs as now."""
         return math.ceil(batch / max(1, self.backoff.splits))
 
-    def _take_grads(self) -> list[torch.Tensor | None]:
-        """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
-        stash = [p.grad for p in self.params]
-        for p in self.params:
-            p.grad = None
-        return stash
-
-    def _give_back_grads(self, stash: list[torch.Tensor | None], keep_new: bool) -> None:
-        """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal
-        autograd's own old + new), or drop the new partial ones after a failure."""
-        for p, old in zip(self.params, stash):
-            if not keep_new or p.grad is None:
-                p.grad = old
-            elif old is not None:
-                p.grad.add_(old)
 
 
 def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) -> tuple[int, bool]:
