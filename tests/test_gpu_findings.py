@@ -321,3 +321,31 @@ def test_a_short_last_batch_is_no_recompile() -> None:
     release_cuda()
     assert engine.runner.active and not any("torch.compile" in w for w in warnings), warnings
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+@pytest.mark.timeout(600)
+def test_bench_speedups_fits_one_configuration_at_a_time() -> None:
+    """Finding 14: five configurations of a 235 MB model (~0.7 GB each with gradients and momentum) under a 1.5 GB
+    limit: all measured (before, every configuration stayed on the GPU and the later ones ran out of memory)."""
+    from torch import nn
+
+    from fasttrain.bench.speedups import bench_speedups
+    from fasttrain.hardware.machine import probe
+    from fasttrain.profiles.schema import LoaderSpec, Profile
+    from gpu_helpers import allocator_limit, release_cuda
+
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 8192), nn.ReLU(), nn.Linear(8192, 4096), nn.ReLU(),
+                             nn.Linear(4096, 10))
+
+    profile = Profile(loader=LoaderSpec(batch_size=16, num_workers=0, image_size=32))
+    report = probe(import_torch=True)
+    try:
+        with allocator_limit(1536 * 2**20):
+            result = bench_speedups(profile, report, model, image_size=32, num_classes=10, steps=2, rounds=2,
+                                    warmup_steps=1, only=["channels_last", "fused_optimizer", "larger_batch"])
+    finally:
+        release_cuda()
+    rows = {r["setting"]: r for r in result["rows"]}
+    assert all(r["status"] == "measured" for r in rows.values()), rows
+    assert len(rows) == 5
