@@ -349,3 +349,27 @@ def test_bench_speedups_fits_one_configuration_at_a_time() -> None:
     rows = {r["setting"]: r for r in result["rows"]}
     assert all(r["status"] == "measured" for r in rows.values()), rows
     assert len(rows) == 5
+
+
+def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:  # noqa: ANN001
+    """Finding 15: a payload of 20 device tensors is hashed and saved with no implicit sync (torch's sync debug
+    mode warns on each one: before, every tensor's own .cpu() while hashing was one), and loads verified."""
+    import warnings
+
+    import torch
+
+    from fasttrain.train.state import checkpoint as ck
+    from gpu_helpers import release_cuda
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(10)]).cuda()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ck.save_atomic({"model": model.state_dict()}, tmp_path / "c.pt")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        release_cuda()
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert syncs == [], [str(w.message) for w in syncs]
+    assert ck.load(tmp_path / "c.pt")["checksum_note"] is None

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, verify_checksum, with_checksum
+from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, to_host, verify_checksum, with_checksum
 from fasttrain.train.state.run_state import Position
 from fasttrain.core.diskspace import disk_full, disk_write_error
 
@@ -80,7 +80,8 @@ def save_atomic(payload: dict[str, Any], path: Path, *, slow_save_s: float = 0.0
     """torch.save to `path` atomically (see module docstring), with its checksum. Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = with_checksum({"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **payload})
+    payload = with_checksum(to_host({"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(),
+                                     **payload}))  # one copy to the host, hashed and saved from there
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
