@@ -71,18 +71,18 @@ def test_resume_a_two_gpu_run_on_one_gpu(tmp_path) -> None:  # noqa: ANN001
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
-def _cuda_engine(model, optim=None, **plan_changes):  # noqa: ANN001, ANN003, ANN202
+def _cuda_engine(model, optim=None, nonfinite_guard: bool = True, **plan_changes):  # noqa: ANN001, ANN003, ANN202
     """A StepEngine on cuda:0 with the back-off on, for a plan of the small CPU profile moved to the GPU."""
     import dataclasses
 
-    from fasttrain.profiles.schema import OptimSpec
     from fasttrain.train.loop.step import StepEngine
     from loop_helpers import cpu_plan
 
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False, "fused_optimizer": False})
     plan = dataclasses.replace(plan, device="cuda", **plan_changes)
     warnings: list[str] = []
-    engine = StepEngine.build(plan, optim or profile.optim, model, batches_per_epoch=100, warn=warnings.append)
+    engine = StepEngine.build(plan, optim or profile.optim, model, batches_per_epoch=100, warn=warnings.append,
+                              nonfinite_guard=nonfinite_guard)
     return engine, warnings
 
 
@@ -373,3 +373,44 @@ def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:  # 
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert syncs == [], [str(w.message) for w in syncs]
     assert ck.load(tmp_path / "c.pt")["checksum_note"] is None
+
+
+@pytest.mark.parametrize("precision", ["fp16-mixed", "bf16-mixed", "fp32"])
+def test_no_sync_on_unlogged_steps(precision: str) -> None:
+    """Findings 16 and 8: with the fused optimizer, a step that is not logged (and a logged step's work up to its
+    optimizer step) makes no implicit host-device sync: torch's sync debug mode raises on one. The bench's plain
+    unfused baseline steps make none either (the guard's .item() is gone from them)."""
+    import torch
+    from torch import nn
+
+    from gpu_helpers import release_cuda
+
+    if precision == "bf16-mixed" and torch.cuda.get_device_capability(0)[0] < 8:
+        pytest.skip("bf16 needs compute capability 8.0 or newer")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(8, 4))
+    engine, _ = _cuda_engine(model, precision=precision, fused_optimizer=True, pin_memory=True)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(16, 3, 32, 32, generator=gen).pin_memory(),
+                torch.randint(0, 4, (16,), generator=gen).pin_memory()) for _ in range(6)]
+    for index in range(2):  # the first steps allocate the optimizer state and pick kernels
+        engine.step(batches[index], index, 6, epoch=0, measure=False)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for index in range(2, 6):
+            engine.step(batches[index], index, 6, epoch=0, measure=index == 5)  # the last one measures
+        base, _ = _cuda_engine(nn.Linear(3 * 32 * 32, 4), nonfinite_guard=False, precision="fp32",
+                               fused_optimizer=False)  # as bench speedups builds its baseline
+        torch.cuda.set_sync_debug_mode(0)
+        x, y = (t.cuda() for t in batches[0])
+        base.forward_backward(x.flatten(1), y, 1)
+        base.optimizer_step()  # first step: state allocated outside the check
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        base.forward_backward(x.flatten(1), y, 1)
+        base.optimizer_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        release_cuda()

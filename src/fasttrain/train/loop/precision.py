@@ -66,6 +66,15 @@ class Precision:
         """Current fp16 loss scale; reading it syncs a CUDA device, so call it only on logged steps."""
         return float(self.scaler.get_scale()) if self.scaler is not None else None
 
+    def scale_snapshot(self) -> torch.Tensor | None:
+        """The fp16 loss scale now, as a device tensor (no sync: the logged step reads it later). GradScaler's only
+        public reader, get_scale(), returns a float and so syncs; _get_scale_async() is the tensor it reads,
+        private but stable since torch 1.6. A copy, since update() changes the scale in place."""
+        if self.scaler is None:
+            return None
+        scale = self.scaler._get_scale_async()
+        return scale.detach().clone() if scale is not None else None
+
     def backward(self, loss: torch.Tensor) -> None:
         """Backward through the checker's scale (fp16: the loss scale; the guard: exactly 1.0)."""
         checker = self.checker

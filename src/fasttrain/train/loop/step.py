@@ -133,7 +133,7 @@ class StepEngine:
         lr = self.schedule.current()
         loss = self._retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
         loss_ok = torch.isfinite(loss)  # kept on the device: no sync per step
-        scale_before = self.precision.scale if measure and closes and self.precision.scaler is not None else None
+        scale_before = self.precision.scale_snapshot() if measure and closes else None  # on the device: no sync
         norm = self.optimizer_step(want_norm=measure, at=(epoch, index, int(targets.shape[0]))) if closes else None
         bad = ~loss_ok
         if closes and self.precision.guard_found_inf is not None:
@@ -144,7 +144,7 @@ class StepEngine:
         done = time.perf_counter()
         n = int(targets.shape[0])
         return StepOutcome(loss, loss_ok, bad, norm, closes, n, lr, self.schedule.step, self.micro_batch(n),
-                           self.accumulation_steps, scale_before, self.precision.scale if measure else None,
+                           self.accumulation_steps, scale_before, self.precision.scale_snapshot() if measure else None,
                            StepTiming(copied - started, done - copied, done, tuple(events) if events else None))
 
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
