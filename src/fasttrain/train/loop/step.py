@@ -4,9 +4,9 @@
 The order of a step (docs/architecture.md draws it with the file of each stage):
   1. copy the batch to the device (transfer.py): pinned memory and non_blocking, channels_last in the same copy,
      on CUDA a side stream the compute waits for; uint8 batches normalised there (4x less to copy)
-  2. mixup (once, before any retry), forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
-     by its accumulation window's length; out of memory: the same data again as smaller micro-batches
-     (backoff.py keeps the count and says so)
+  2. mixup (once, before any retry), forward under autocast, the loss, backward through the precision's scaler
+     (precision.py), the loss divided by its accumulation window's length; out of memory: the same data again as
+     smaller micro-batches (backoff.py keeps the count and says so)
   3. when the batch closes its accumulation window: the LR of this step, unscale, clip, the guarded optimizer
      step, zero the gradients (precision.py skips a step whose gradients are not finite)
   4. the non-finite guard counts a bad loss or bad gradients (precision.py), on the device
@@ -177,7 +177,6 @@ class StepEngine:
                 self.optimizer.zero_grad(set_to_none=True)
             free_device_memory(self.device)
             self.backoff.halve(int(targets.shape[0]), self.settings.accumulation, self.schedule, where, reason)
-
 
     def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
                          sync: bool = True) -> torch.Tensor:
