@@ -49,6 +49,12 @@ DETERMINISTIC = {
 }
 
 
+def tf32_expected(major: int) -> bool:
+    """What a plan that asks for TF32 gets on a GPU of compute capability major.x: TF32 needs Ampere (8.0) or newer,
+    so a T4 (7.5) or a V100 (7.0) plans it off."""
+    return major >= 8
+
+
 def rows(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 

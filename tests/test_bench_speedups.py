@@ -198,3 +198,51 @@ def test_every_bench_rotates_its_rounds_one_way() -> None:
     eight = list("abcdefgh")
     assert [rotated(eight, r, step=2)[0] for r in range(5)] == ["a", "c", "e", "g", "a"]
     assert rotated([], 3) == [] and rotated(["x"], 7) == ["x"]
+
+
+def test_the_timed_steps_carry_no_non_finite_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, finding 8: the fp32 baseline's steps went through the guard (on CUDA a GradScaler that syncs
+    with .item() and passes over the gradients each step unless the optimizer is fused; on the CPU the gradient
+    norm), a cost no plain loop has, which the fused variant escaped: every ratio leaned. Timed steps are plain."""
+    import torch
+
+    from fasttrain.models.registry import create_model
+    from fasttrain.train.loop import precision
+
+    checks: list[str] = []
+    real_norm, real_step = precision.total_norm, torch.amp.GradScaler.step
+    monkeypatch.setattr(precision, "total_norm", lambda params: checks.append("norm") or real_norm(params))
+    monkeypatch.setattr(torch.amp.GradScaler, "step", lambda self, opt, *a, **k: checks.append("scaler") or
+                        real_step(self, opt, *a, **k))
+    base, _, _ = bva.plan_variants(profile(), report("cpu_only"), only=[])
+    cand = bsp.build_candidate(base, lambda: create_model("tiny_cnn", 4), image_size=16, num_classes=4,
+                               optim=profile().optim, warmup_steps=1)
+    assert not isinstance(cand, bva.Skipped)
+    checks.clear()
+    bsp.run_steps(cand, 3)
+    assert checks == [] and cand.trainer.engine.precision.checker is None
+
+
+def test_one_configuration_is_on_the_device_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, finding 14: every configuration stayed on the GPU for the whole bench; on an 8 GB 4060 or a 16 GB
+    T4 the later ones failed with out-of-memory. Now each is parked in host memory except while it runs: when a
+    configuration's steps run, every other one is parked (checked on the CPU, where parking is the bookkeeping
+    alone; tests/test_bench_park.py moves real tensors)."""
+    from fasttrain.bench import park as bpark
+    from fasttrain.models.registry import create_model
+    monkeypatch.setattr(bpark.Parking, "park", lambda self, *a: setattr(self, "parked", True))
+    monkeypatch.setattr(bpark.Parking, "unpark", lambda self, *a: setattr(self, "parked", False))
+    built: list = []
+    real_build, real_steps = bsp.build_candidate, bsp.run_steps
+    monkeypatch.setattr(bsp, "build_candidate", lambda *a, **k: built.append(real_build(*a, **k)) or built[-1])
+    on_device: list[list[str]] = []
+
+    def steps(cand, n):  # noqa: ANN001, ANN202
+        on_device.append([c.variant.name for c in built if not c.parking.parked])
+        return real_steps(cand, n)
+
+    monkeypatch.setattr(bsp, "run_steps", steps)
+    bsp.bench_speedups(profile(batch=8), report("cpu_only"), lambda: create_model("tiny_cnn", 4), image_size=16,
+                       num_classes=4, steps=1, rounds=2, warmup_steps=1, only=["channels_last", "larger_batch"])
+    assert len(built) == 4 and all(len(live) <= 1 for live in on_device), on_device
+    assert sum(len(live) == 1 for live in on_device) >= 4 * 2  # every timed turn (4 configurations x 2 rounds)

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import rng
 from fasttrain.core.errors import UserError
 from loop_helpers import tiny_mlp
 
 
 def _payload(model: torch.nn.Module) -> dict:
-    return {"model": model.state_dict(), "epoch": 3, "rng": ck.rng_states()}
+    return {"model": model.state_dict(), "epoch": 3, "rng": rng.rng_states()}
 
 
 def test_round_trip_restores_weights_and_versions(tmp_path: Path) -> None:
@@ -29,9 +30,9 @@ def test_round_trip_restores_weights_and_versions(tmp_path: Path) -> None:
 
 def test_rng_states_come_back(tmp_path: Path) -> None:
     torch.manual_seed(5)
-    path = ck.save_atomic({"rng": ck.rng_states()}, tmp_path / "c.pt")
+    path = ck.save_atomic({"rng": rng.rng_states()}, tmp_path / "c.pt")
     expected = torch.rand(3)
-    ck.restore_rng_states(ck.load(path)["rng"])
+    rng.restore_rng_states(ck.load(path)["rng"])
     assert torch.equal(torch.rand(3), expected)
 
 

@@ -180,10 +180,11 @@ def test_training_step_normalises_uint8_batches_like_the_transform() -> None:
     from torchvision.transforms import v2
 
     from fasttrain.datasets.transforms import MEAN, STD
-    from fasttrain.train.loop.step import StepEngine, StepSettings
+    from fasttrain.train.loop.step import StepEngine
+    from fasttrain.train.loop.transfer import DeviceCopy
 
     images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
-    engine = SimpleNamespace(settings=StepSettings(channels_last=True), device=torch.device("cpu"))
+    engine = SimpleNamespace(copy=DeviceCopy(torch.device("cpu"), channels_last=True, non_blocking=False))
     got, targets = StepEngine.to_device(engine, images, torch.tensor([0, 1]))
     want = v2.Normalize(MEAN, STD)(v2.ToDtype(torch.float32, scale=True)(images))
     assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)
@@ -214,7 +215,8 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
     samples = [(str(p), 0) for p in sorted(src.rglob("*.jpg"))]
     raw = FastImageFiles(samples, None)
     data, targets, bad = collate_bytes([raw[i] for i in range(len(raw))])
-    gpu = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
+    gpu, kept = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
+    assert kept == list(range(len(samples)))
     cpu = normalise_batch(torch.stack([FastImageFiles(samples, val_transform(32))[i][0]
                                        for i in range(len(samples))]))
     assert gpu.shape == cpu.shape and gpu.is_cuda and not bad

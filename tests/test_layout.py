@@ -247,7 +247,7 @@ def test_train_seams_are_typed():
 FOREIGN_PRIVATE = {"cli.py": {"_run_exitfuncs", "_exit"}, "train/signals/lifecycle.py": {"_exit"},
                    "datasets/loaders.py": {"_new_shared", "_iterator", "_shutdown_workers"},
                    "estimate/cost.py": {"_schema", "_overloadpacket"}, "hardware/machine.py": {"_Environ"},
-                   "train/loop/precision.py": {"_found_inf_per_device"}}
+                   "train/loop/precision.py": {"_found_inf_per_device", "_get_scale_async"}}
 
 
 def test_no_module_reaches_into_private_attributes():

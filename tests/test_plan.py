@@ -82,3 +82,12 @@ def test_persistent_workers_and_prefetch_off_without_workers() -> None:
     plan = make_plan(profile("cpu", "loader.num_workers=0", "loader.prefetch_factor=null",
                              "loader.persistent_workers=false"), report("cpu_only"))
     assert plan.workers == 0 and plan.prefetch_factor is None and not plan.persistent_workers
+
+
+def test_the_gpu_tests_expect_tf32_only_where_the_plan_gives_it() -> None:
+    """Issue 24, finding 17: tests/test_gpu_precision.py asserted TF32 on whatever the GPU, which fails on a T4 or
+    a V100; its expectation (gpu_helpers.tf32_expected) is the plan's own on the recorded machines."""
+    from gpu_helpers import tf32_expected
+    asked = presets.resolve("kaggle-t4", sets=["speed.tf32=true"], env={}).profile
+    for name, major in (("t4_kaggle", 7), ("v100_16", 7), ("a10g", 8)):
+        assert make_plan(asked, report(name)).tf32 is tf32_expected(major), name

@@ -58,3 +58,20 @@ def test_precision_state_round_trips_the_loss_scale() -> None:
     assert second.scale == 256.0
     second.load_state_dict(None)  # a checkpoint written without a scaler leaves it as it is
     assert second.scale == 256.0
+
+
+def test_a_logged_step_reads_the_loss_scale_after_the_optimizer_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, finding 16: a logged fp16 step read the loss scale (GradScaler.get_scale(), a float: a GPU sync)
+    before its optimizer step, stalling the step's own work. The step now keeps it on the device and the report
+    reads it with the loss, after the step. The reads are counted against the optimizer step on the CPU."""
+    from fasttrain.train.loop.step_report import pending_step
+    engine = _engine("fp16-mixed")
+    events: list[str] = []
+    real_get, real_step = torch.amp.GradScaler.get_scale, engine.optimizer.step
+    monkeypatch.setattr(torch.amp.GradScaler, "get_scale", lambda self: events.append("read scale") or real_get(self))
+    monkeypatch.setattr(engine.optimizer, "step", lambda *a, **k: events.append("optimizer step") or
+                        real_step(*a, **k))
+    out = engine.step((torch.randn(8, 12), torch.randint(0, 3, (8,))), 0, 1, epoch=0, measure=True)
+    assert events == ["optimizer step"]  # was: read scale, optimizer step, read scale
+    record = pending_step(out, 0, 0, 1, 0.0, world=1, read=True).record
+    assert record.amp_scale == real_get(engine.precision.scaler) and record.skipped is False

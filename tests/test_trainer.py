@@ -170,7 +170,7 @@ def test_compiled_channels_last_model_trains() -> None:
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     import fasttrain.models.setup as ms
 
-    def broken_compile(module, mode=None):  # noqa: ANN001 - behaves like a backend that fails at first call
+    def broken_compile(module, mode=None, dynamic=None):  # noqa: ANN001 - a backend that fails at first call
         def call(*args):  # noqa: ANN002
             raise RuntimeError("inductor: no C++ compiler found")
         return call

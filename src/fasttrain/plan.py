@@ -173,6 +173,7 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
     check_image_size(profile.loader.image_size, "loader.image_size")
     cuda = report.has_cuda
     if cuda:
+        refuse_unsupported_gpu(report)
         gpu = report.training_gpu()
         device, device_reason = "cuda", gpu.name if gpu else "CUDA device"
     elif report.gpus and report.torch.cpu_only_build:
@@ -215,6 +216,15 @@ def make_plan(profile: Profile, report: HardwareReport, dataset_size: int | None
         plan.dataset_size = dataset_size
         plan.iterations_per_epoch = profile.iterations_per_epoch(dataset_size)
     return plan
+
+
+def refuse_unsupported_gpu(report: HardwareReport) -> None:
+    """A GPU the torch build has no kernels for (hardware/arch.py; doctor's torch-arch finding says the same):
+    every kernel would fail, so the plan stops here with the install fix. Pure."""
+    from fasttrain.hardware.arch import training_mismatch
+    wrong = training_mismatch(report)
+    if wrong is not None:
+        raise UserError([Problem("torch", wrong.reason, wrong.fix, report.torch.version)])
 
 
 def gpu_preset_note(profile: Profile, report: HardwareReport, workers: int) -> str | None:

@@ -105,8 +105,9 @@ def _timed(it: Iterator[Batch], gpu: GpuDecoder | None, max_seconds: float, imag
     def use(batch: Batch) -> int:
         data, targets, _bad = batch
         if gpu is not None:
-            out = gpu(data, None)
+            out, kept = gpu(data, None)
             out.sum().item()  # wait for the device
+            return len(kept)
         else:  # uint8 batches: the normalisation training does in to_device, here on the CPU and counted
             normalise_batch(data)
         return int(targets.shape[0])

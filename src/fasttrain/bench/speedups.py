@@ -56,6 +56,24 @@ class Candidate:
     images: Any
     targets: Any
     warnings: list[str] = field(default_factory=list)
+    parking: Any = None  # bench/park.py Parking: off the GPU while the others run
+
+
+def park(cand: Candidate) -> None:
+    """This configuration to host memory (a no-op off CUDA), so the next one has the GPU to itself."""
+    box = {"images": cand.images, "targets": cand.targets}
+    cand.parking.park(cand.trainer.engine.module, cand.trainer.engine.optimizer, box)
+    cand.images, cand.targets = box["images"], box["targets"]
+
+
+def unpark(cand: Candidate) -> None:
+    """Back on the device, with one untimed step (new addresses for the allocator and any CUDA graph)."""
+    if not cand.parking.parked:
+        return
+    box = {"images": cand.images, "targets": cand.targets}
+    cand.parking.unpark(cand.trainer.engine.module, box)
+    cand.images, cand.targets = box["images"], box["targets"]
+    run_steps(cand, 1)
 
 
 def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *, image_size: int, num_classes: int,
@@ -65,6 +83,7 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
     silence_cuda_home_warning()
     import torch
 
+    from fasttrain.bench.park import Parking
     from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
     from fasttrain.models.setup import CompileGuard
     from fasttrain.train.events import Collaborators
@@ -75,14 +94,18 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
     cand: Candidate | None = None
     reason = ""
     try:
-        engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append)
+        # No non-finite guard: on CUDA it syncs (.item()) and passes over the gradients each step unless the
+        # optimizer is fused, so the unfused baseline would carry a cost no plain loop has and every ratio lean.
+        engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append,
+                                       nonfinite_guard=False)
         trainer = loop.Trainer(engine, io=Collaborators(warn=warnings.append))
         gen = torch.Generator().manual_seed(0)
         images = torch.randn(plan.batch_size, 3, image_size, image_size, generator=gen)
         targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)
         images, targets = trainer.engine.to_device(images, targets)
-        cand = Candidate(variant, trainer, images, targets, warnings)
+        cand = Candidate(variant, trainer, images, targets, warnings, Parking(engine.device))
         run_steps(cand, max(1, warmup_steps))
+        park(cand)
         runner = trainer.engine.runner
         if isinstance(runner, CompileGuard) and not runner.active:
             reason = f"torch.compile failed, train would run eager: {runner.fallback_reason}"
@@ -128,7 +151,9 @@ def measure(candidates: list[Candidate], *, steps: int, rounds: int,
     for r in range(rounds):
         row: dict[str, float] = {}
         for cand in rotated(candidates, r):
+            unpark(cand)
             row[cand.variant.name] = run_steps(cand, steps)
+            park(cand)
         results.append(row)
         if progress is not None:
             progress(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()) + " img/s")

@@ -31,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     g.rule_torch_installed,
     g.rule_no_gpu,
     g.rule_torch_cuda,
+    g.rule_torch_arch,
     g.rule_gpu_busy,
     g.rule_throttling,
     g.rule_pcie,

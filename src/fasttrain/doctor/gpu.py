@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.format import fmt_bytes
+from fasttrain.hardware.arch import arch_mismatches
 from fasttrain.doctor.findings import (BUSY_UTILIZATION_PCT, CLOCK_LOW_FRACTION, FREE_MEMORY_FAIL_FRACTION, HARD_SLOWDOWNS,
                                 OTHER_PROCESS_MIB, USED_MEMORY_WARN_GIB, Context, Finding, Status, gpu_label,
                                 worse)
@@ -77,6 +78,21 @@ def rule_torch_cuda(c: Context) -> Finding | None:
     return Finding("torch-cuda", "fail", "torch cannot use the NVIDIA GPU",
                    f"torch {t.version} (CUDA {t.cuda_version}); {driver}. {t.import_error or ''}".strip(),
                    "run `python -c 'import torch; torch.cuda.init()'` for the error; reboot after a driver update")
+
+
+def rule_torch_arch(c: Context) -> Finding | None:
+    """torch sees the GPU, but has its build kernels for it? (hardware/arch.py; the plan refuses for the same
+    reason.) None where the build's architecture list is unknown or there is no CUDA GPU."""
+    r = c.report
+    if not r.has_cuda or not r.torch.arch_list:
+        return None
+    wrong = arch_mismatches(r)
+    if not wrong:
+        return Finding("torch-arch", "ok", f"torch has kernels for every GPU here ({' '.join(r.torch.arch_list)})")
+    first = wrong[0]
+    others = f" (and {len(wrong) - 1} more GPU(s) alike)" if len(wrong) > 1 else ""
+    return Finding("torch-arch", "fail", f"this torch build cannot run on the {first.gpu}{others}",
+                   first.reason, first.fix)
 
 
 def cudnn_text(v: int | None) -> str:

@@ -14,6 +14,7 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "GpuInfo": "report",
     "GpuProcess": "report",
     "TorchInfo": "report",
+    "TorchDevice": "report",
     "CpuInfo": "report",
     "MemoryInfo": "report",
     "DiskInfo": "report",

@@ -199,9 +199,13 @@ def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | N
 
 def _ask_loaded_torch() -> tuple[dict | None, str | None]:
     """What the torch already imported in this process sees (same answer as the child, without 2.5 s)."""
+    import torch
+
     from fasttrain.hardware import torch_child
+    # Free memory only where this process already uses CUDA (a training process that chose its device): a
+    # process that does not train here (the launcher of several workers) must not make a context on any GPU.
     try:
-        return torch_child.collect(), None
+        return torch_child.collect("current" if torch.cuda.is_initialized() else "none"), None
     except Exception as exc:  # a broken CUDA setup raising on first use
         return None, f"torch: {type(exc).__name__}: {exc}"
 

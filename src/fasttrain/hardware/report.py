@@ -48,6 +48,18 @@ class GpuInfo(_Data):
     visible_to_torch: bool | None = None  # False when CUDA_VISIBLE_DEVICES or a broken CUDA hides it from torch
 
 
+class TorchDevice(_Data):
+    """A CUDA device as torch numbers it (after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER), from the torch child."""
+
+    index: int
+    name: str = ""
+    uuid: str | None = None         # "GPU-..." like NVML's, so the two can be matched
+    total_memory: int | None = None  # bytes
+    capability: str | None = None
+    free_memory: int | None = None   # bytes torch.cuda.mem_get_info() said were free, read by a process with a
+    #                                  CUDA context on it (its own context's memory is already taken)
+
+
 class TorchInfo(_Data):
     installed: bool = True
     version: str | None = None
@@ -68,6 +80,13 @@ class TorchInfo(_Data):
     probe_method: str = ""
     import_error: str | None = None  # torch is installed but importing it failed (last line of the error)
     cxx_compiler: str | None = None  # inductor's CPU backend compiles C++
+    # torch.cuda.get_arch_list(): the GPU architectures the build has kernels for ("sm_75", "compute_120"); None
+    # when not asked (no GPU here, or a report recorded before fasttrain asked). hardware/arch.py judges it.
+    arch_list: list[str] | None = None
+    # torch's own view of the devices, in its order, and the one this process trains on (set_device; 0 by
+    # default). Empty in reports recorded before fasttrain kept them: then the first GPU torch can see trains.
+    devices: list[TorchDevice] = Field(default_factory=list)
+    current_device: int = 0
 
 
 class CpuInfo(_Data):
@@ -130,13 +149,42 @@ class HardwareReport(_Data):
         return self.torch.cuda_available and self.torch.device_count > 0
 
     def training_gpu(self) -> GpuInfo | None:
-        """The GPU training runs on (torch's device 0: the first one torch can see), or None without CUDA.
+        """The GPU training runs on, as NVML describes it, or None without CUDA: torch's current device (device 0
+        unless a worker set its own), matched by UUID (NVML counts GPUs in PCI order, torch after
+        CUDA_VISIBLE_DEVICES=1,0 or in its fastest-first order), else by name; a report without torch's devices
+        falls back to the first GPU torch can see.
 
         The one answer to "which GPU trains" for plan, doctor, recommendation, verdict and estimate.
         """
         if not self.has_cuda or not self.gpus:
             return None
+        device = self.training_device()
+        if device is not None:
+            same = [g for g in self.gpus if device.uuid and g.uuid == device.uuid] or \
+                [g for g in self.gpus if g.name == device.name and g.visible_to_torch is not False]
+            if same:
+                return same[0]
         return next((g for g in self.gpus if g.visible_to_torch is not False), self.gpus[0])
+
+    def training_memory(self) -> tuple[int, str] | None:
+        """(bytes of GPU memory a run here can use, where the number comes from), or None without CUDA. What the
+        device reports free, not the card's size: a MIG slice has a fraction of it, a laptop's desktop holds some,
+        another process may hold more. "torch": torch.cuda.mem_get_info() of the training device, read with a
+        CUDA context on it (so that context is already taken); "nvml": NVML's free memory of the training GPU;
+        "total": neither was recorded."""
+        gpu = self.training_gpu()
+        if gpu is None:
+            return None
+        device = self.training_device()
+        if device is not None and device.free_memory is not None:
+            return device.free_memory, "torch"
+        if gpu.memory_free_bytes is not None:
+            return gpu.memory_free_bytes, "nvml"
+        return gpu.memory_total_bytes, "total"
+
+    def training_device(self) -> TorchDevice | None:
+        """torch's view of the device this process trains on, when the report has it."""
+        return next((d for d in self.torch.devices if d.index == self.torch.current_device), None)
 
     @property
     def cores(self) -> int:

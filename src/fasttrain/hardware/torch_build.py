@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fasttrain.hardware.report import TorchInfo
+from fasttrain.hardware.report import TorchDevice, TorchInfo
 
 CHILD_TIMEOUT_S = 60.0  # CUDA initialisation on an 8-GPU machine can take tens of seconds
 
@@ -167,6 +167,9 @@ def merge_child(info: TorchInfo, seen: dict | None, error: str | None) -> TorchI
         "cuda_available": bool(seen.get("cuda_available")),
         "device_count": int(seen.get("device_count") or 0),
         "nccl_version": seen.get("nccl_version") or info.nccl_version,
+        "arch_list": seen.get("arch_list"),
+        "devices": [TorchDevice.model_validate(d) for d in seen.get("devices") or [] if isinstance(d, dict)],
+        "current_device": int(seen.get("current_device") or 0),
         "probe_method": "import",
         "import_error": "; ".join(seen.get("errors") or []) or None,
     })

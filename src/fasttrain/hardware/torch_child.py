@@ -22,22 +22,29 @@ def _nccl(torch) -> str | None:
     return str(version)
 
 
-def _devices(torch) -> list[dict]:
+def _devices(torch, free: str) -> list[dict]:
+    """Each device as torch numbers it. free: "all" (this child: the contexts it makes go away with it),
+    "current" (a training process: only the device it trains on, whose context it holds anyway) or "none"."""
     out = []
+    current = torch.cuda.current_device()
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
         uuid = getattr(props, "uuid", None)
+        read = free == "all" or (free == "current" and i == current)
         out.append({
             "index": i,
             "name": props.name,
             "total_memory": int(props.total_memory),
             "capability": f"{props.major}.{props.minor}",
-            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else uuid,
+            "uuid": f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else str(uuid) or None,
+            # what the driver says is free for this process now: a MIG slice's, less what a desktop holds
+            "free_memory": int(torch.cuda.mem_get_info(i)[0]) if read else None,
         })
     return out
 
 
-def collect() -> dict:
+def collect(free: str = "all") -> dict:
+    """What torch sees; `free`: whose free memory to read (see _devices)."""
     import torch
 
     info: dict = {
@@ -49,7 +56,9 @@ def collect() -> dict:
         "device_count": 0,
         "nccl_version": None,
         "devices": [],
+        "current_device": 0,
         "cpu_capability": None,
+        "arch_list": None,
         "errors": [],
     }
     try:
@@ -60,11 +69,16 @@ def collect() -> dict:
         info["cudnn_version"] = torch.backends.cudnn.version()
     except Exception as exc:
         info["errors"].append(f"cudnn: {exc}")
+    try:  # the architectures the build has kernels for: known without a GPU (hardware/arch.py judges them)
+        info["arch_list"] = list(torch.cuda.get_arch_list()) if info["cuda_version"] else None
+    except Exception as exc:
+        info["errors"].append(f"arch list: {exc}")
     try:
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
             info["device_count"] = torch.cuda.device_count()
-            info["devices"] = _devices(torch)
+            info["devices"] = _devices(torch, free)
+            info["current_device"] = torch.cuda.current_device()  # 0 here; a worker's own GPU in-process
             info["nccl_version"] = _nccl(torch)
     except Exception as exc:  # e.g. the driver is older than the CUDA the wheel was built for
         info["errors"].append(f"cuda: {type(exc).__name__}: {exc}")

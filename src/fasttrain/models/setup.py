@@ -80,35 +80,66 @@ def enable_activation_checkpointing(model: nn.Module) -> str:
 
 
 class CompileGuard:
-    """Calls the compiled module; the first call in each mode that raises switches to eager with a warning."""
+    """Calls the compiled module; the first call in each mode that raises switches to eager with a warning, except
+    for an error `not_compilers` says is not the compiler's (out of memory: the out-of-memory back-off retries the
+    batch smaller, compiled; turning compile off for the whole run would be the wrong remedy).
 
-    def __init__(self, eager: nn.Module, mode: str, warn: Callable[[str], None]):
+    Shapes: compiled with dynamic=False, for one batch size per mode: the one the engine expects (training: the
+    micro-batch, again after each back-off), else the first one seen (validation). Other sizes (a batch short of a
+    skipped file, the uneven last part of a back-off's split, the last validation batch) run eager: one step
+    eager costs less than a recompile, and with mode reduce-overhead a CUDA graph recorded for each size."""
+
+    def __init__(self, eager: nn.Module, mode: str, warn: Callable[[str], None],
+                 not_compilers: Callable[[BaseException], bool] = lambda exc: False):
         self.eager = eager
         self.mode = mode
         self.warn = warn
-        self.compiled: Callable[..., Any] | None = torch.compile(eager, mode=mode)
+        self.not_compilers = not_compilers
+        self.compiled: Callable[..., Any] | None = torch.compile(eager, mode=mode, dynamic=False)
         self._verified: set[bool] = set()   # training flags that have run compiled at least once
+        self._size: dict[bool, int] = {}    # training flag -> the batch size compiled for it
+        self._ran_compiled = False          # the last call went through the compiled graph
         self.fallback_reason: str | None = None
+
+    def expect(self, training: bool, batch: int) -> None:
+        """Compile for batches of `batch` samples in this mode from now on (a back-off's new micro-batch)."""
+        self._size[training] = batch
+
+    def _steady(self, args: tuple[Any, ...]) -> bool:
+        """Whether this call's batch is the compiled size of the current mode (the first one seen sets it)."""
+        first = args[0] if args else None
+        if not isinstance(first, torch.Tensor) or first.dim() == 0:
+            return True
+        return self._size.setdefault(self.eager.training, int(first.shape[0])) == int(first.shape[0])
 
     @property
     def active(self) -> bool:
         return self.compiled is not None
 
     def __call__(self, *args: Any) -> Any:
-        if self.compiled is None:
+        self._ran_compiled = self.compiled is not None and self._steady(args)
+        if not self._ran_compiled:
             return self.eager(*args)
         if self.eager.training in self._verified:
             return self.compiled(*args)
         try:
             return self.compiled(*args)
         except Exception as exc:  # noqa: BLE001 - any compiler error means: run eager
+            if self.not_compilers(exc):
+                raise
             self.fall_back(exc)
             return self.eager(*args)
 
     def verified(self) -> None:
-        """The first full step (forward and backward) in this mode worked compiled."""
-        if self.compiled is not None:
+        """The first full step (forward and backward) in this mode worked compiled (a step that ran eager for its
+        batch size proves nothing)."""
+        if self.compiled is not None and self._ran_compiled:
             self._verified.add(self.eager.training)
+
+    @property
+    def ran_compiled(self) -> bool:
+        """The last call went through the compiled graph (not eager for an odd batch size, not after a fallback)."""
+        return self._ran_compiled and self.compiled is not None
 
     def is_verified(self, training: bool) -> bool:
         """A whole step in this mode (train or eval) has run compiled: an error now is the model's own."""
@@ -123,10 +154,12 @@ class CompileGuard:
 
 def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool, warn: Callable[[str], None],
                   wrap: Callable[[nn.Module], nn.Module] | None = None,
+                  not_compilers: Callable[[BaseException], bool] = lambda exc: False,
                   ) -> tuple[nn.Module, Callable[..., Any], list[str]]:
     """-> (eager module holding the weights, the callable to run it with, notes).
     `wrap` (DistributedDataParallel, train/parallel/ddp.py DistContext.wrap) goes around the model once it is on its
-    device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give."""
+    device and in channels_last, and torch.compile around the wrapper: the order PyTorch's DDP notes give.
+    `not_compilers`: errors the CompileGuard passes on instead of falling back to eager (the caller's OOM test)."""
     notes = configure_backends(plan)
     if activation_checkpointing:
         notes.append("activation checkpointing: " + enable_activation_checkpointing(model))
@@ -135,5 +168,5 @@ def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: boo
         model = model.to(memory_format=torch.channels_last)
     top = wrap(model) if wrap is not None else model
     if plan.compile:
-        return model, CompileGuard(top, plan.compile_mode, warn), notes
+        return model, CompileGuard(top, plan.compile_mode, warn, not_compilers), notes
     return model, top, notes

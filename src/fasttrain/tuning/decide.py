@@ -42,10 +42,11 @@ def skip_reason(planned_steps: int, *, no_tune: bool, cached: bool, distributed:
     return None
 
 
-def candidate_cost_s(step_s: float, steps: int) -> float:
+def candidate_cost_s(step_s: float, steps: int, compile_s: float = 0.0) -> float:
     """Seconds one trial candidate costs: its steps, ~20% more for the fresh model's first (slower) step and the
-    trainer around it, and CANDIDATE_SETUP_S to build them. Pure."""
-    return steps * step_s * 1.2 + CANDIDATE_SETUP_S
+    trainer around it, CANDIDATE_SETUP_S to build them, and `compile_s` when it compiles (each candidate is a
+    fresh model, compiled again: tens of seconds on a GPU, more than the steps). Pure."""
+    return steps * step_s * 1.2 + CANDIDATE_SETUP_S + compile_s
 
 
 def unaffordable(forecast_step_s: float, planned_steps: int, device: str, warm: int, timed: int) -> str | None:

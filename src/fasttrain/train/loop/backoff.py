@@ -1,15 +1,22 @@
 """Out-of-memory back-off: how many micro-batches a loader batch runs as, and the record of each halving.
 
 A micro-step that runs out of memory is retried by the step engine (step.py) on the same data as micro-batches
-of half the size (twice the accumulation), keeping the effective batch and the LR. Off under DDP (one rank
-cannot change the batch alone) and in the batch search (it must see the out-of-memory error itself).
+of half the size (twice the accumulation), keeping the effective batch and the LR. An optimizer step that runs
+out of memory (the first one allocates the optimizer state) is retried once on the same gradients after the
+allocator's cache is freed, with per-parameter updates where it used multi-tensor ones (no full-size temporaries):
+a smaller batch would not help it, activations are gone by then. Off under DDP (one rank cannot change the batch
+alone) and in the batch search (it must see the out-of-memory error itself).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fasttrain.core.errors import JobFailed
+from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+
+if TYPE_CHECKING:
+    import torch
 
 
 class _Schedule(Protocol):
@@ -46,6 +53,68 @@ class OomBackoff:
         self.warn(f"out of memory at {at}: per-device batch {before} -> {after}, accumulation {acc_before} -> "
                   f"{acc_after}; effective batch {self.effective_batch} and LR {lr:.4g} unchanged, same data retried")
 
+    def retry_optimizer_step(self, run: Callable[[], None], optimizer: torch.optim.Optimizer,
+                             device: torch.device, schedule: _Schedule, at: tuple[int, int, int]) -> None:
+        """`run()` (the precision's optimizer step); out of memory once: freed, leaner, retried on the same
+        gradients, recorded and said. A second time, or with the back-off off, is the error (JobFailed when
+        nothing is left to try). `at`: (epoch, batch index, samples in the batch), 0-based."""
+        try:
+            run()
+            return
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+            if not self.enabled or not is_out_of_memory(exc):
+                raise
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        free_device_memory(device)  # outside the except block: the failed step's frames are gone
+        lean = per_parameter_updates(optimizer)
+        epoch, index, batch = at
+        where = f"step {schedule.step + 1} (epoch {epoch + 1}, batch {index + 1})"
+        micro = -(-batch // self.splits)
+        self.events.append({"epoch": epoch + 1, "batch": index + 1, "step": schedule.step + 1, "batch_from": micro,
+                            "batch_to": micro, "stage": "optimizer step", "remedy": lean or "cache freed",
+                            "effective_batch": self.effective_batch, "lr": schedule.current()})
+        self.warn(f"out of memory in the optimizer step at {where} ({reason}): retried on the same gradients "
+                  f"after freeing cached memory{', with ' + lean if lean else ''}; batch unchanged")
+        try:
+            run()
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+            raise JobFailed(f"out of memory in the optimizer step at {where}, again after freeing cached memory: "
+                            "the weights, their gradients and the optimizer state do not fit (SGD with momentum "
+                            "keeps 1x the weights, Adam/AdamW 2x); use a smaller model, optim.optimizer=sgd, or "
+                            "a GPU with more memory") from None
+
     def restore(self, splits: int, events: list[dict[str, Any]]) -> None:
         """A resumed run keeps the micro-batch its checkpoint trained with."""
         self.splits, self.events = max(1, splits), list(events)
+
+
+def per_parameter_updates(optimizer: torch.optim.Optimizer) -> str | None:
+    """Switch multi-tensor (foreach) param groups to one update per parameter: the foreach path builds full-size
+    temporaries (weight decay added to every gradient at once), the loop one tensor at a time. Fused groups stay
+    fused (their kernels allocate nothing extra, and GradScaler hands them its scale). -> what changed, or None."""
+    changed = False
+    for group in optimizer.param_groups:
+        if not group.get("fused") and group.get("foreach") is not False:
+            group["foreach"] = False
+            changed = True
+    return "per-parameter updates from now on (no multi-tensor temporaries)" if changed else None
+
+
+def take_grads(params: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
+    stash = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    return stash
+
+
+def give_back_grads(params: list[torch.Tensor], stash: list[torch.Tensor | None], keep_new: bool) -> None:
+    """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal autograd's own
+    old + new), or drop the new partial ones after a failure."""
+    for p, old in zip(params, stash):
+        if not keep_new or p.grad is None:
+            p.grad = old
+        elif old is not None:
+            p.grad.add_(old)

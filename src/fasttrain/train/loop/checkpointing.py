@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.checkpoint import CheckpointPolicy, load_model_state, restore_rng_states, weights_payload
+from fasttrain.train.state.checkpoint import CheckpointPolicy, load_model_state, weights_payload
+from fasttrain.train.state.rng import restore_rng_states
 from fasttrain.train.state.run_state import Resume, RunState
 
 if TYPE_CHECKING:

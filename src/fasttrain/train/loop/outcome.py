@@ -36,14 +36,16 @@ class StepOutcome:
     step: int                       # optimizer steps taken so far (after this batch's)
     micro_batch: int                # samples per forward/backward (the batch, or its part after a back-off)
     accumulation_steps: int         # micro-batches per optimizer step now
-    scale_before: float | None      # fp16: the loss scale before the step (measured closing steps)
-    scale_after: float | None       # fp16: the loss scale now (measured steps; reading it syncs a GPU)
+    scale_before: torch.Tensor | None  # fp16: the loss scale before the step (measured closing steps), on the device
+    scale_after: torch.Tensor | None   # fp16: the loss scale now (measured steps; reading it syncs a GPU)
     timing: StepTiming
 
     @property
     def skipped(self) -> bool:
-        """fp16: the GradScaler skipped this step (its scale went down); known on measured steps only."""
-        return self.scale_before is not None and self.scale_after is not None and self.scale_after < self.scale_before
+        """fp16: the GradScaler skipped this step (its scale went down); known on measured steps only. Reading it
+        syncs a GPU: logged steps only."""
+        return self.scale_before is not None and self.scale_after is not None and \
+            float(self.scale_after) < float(self.scale_before)
 
 
 @dataclass

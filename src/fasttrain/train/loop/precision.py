@@ -33,12 +33,14 @@ class Precision:
     """One precision name on one device: an autocast dtype (or none), fp16's GradScaler (or none), and the
     guard GradScaler that skips non-finite steps when there is no fp16 scaler."""
 
-    def __init__(self, name: str, device_type: str, dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None):
+    def __init__(self, name: str, device_type: str, dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None,
+                 *, guard: bool = True):
         self.name = name                  # "fp32" | "fp16-mixed" | "bf16-mixed"
         self.device_type = device_type    # "cuda" | "cpu"
         self.dtype = dtype                # autocast dtype; None = plain fp32
         self.scaler = scaler              # fp16's loss scaler; None for bf16 and fp32
-        self.guard = _guard_scaler(device_type) if scaler is None else None
+        # guard=False: plain steps (`bench speedups` times each setting against a plain loop, not the guard's cost)
+        self.guard = _guard_scaler(device_type) if scaler is None and guard else None
         # After a guarded optimizer_step: a device tensor, > 0 when its gradients were not finite (step skipped).
         self.guard_found_inf: torch.Tensor | None = None
 
@@ -63,6 +65,15 @@ class Precision:
     def scale(self) -> float | None:
         """Current fp16 loss scale; reading it syncs a CUDA device, so call it only on logged steps."""
         return float(self.scaler.get_scale()) if self.scaler is not None else None
+
+    def scale_snapshot(self) -> torch.Tensor | None:
+        """The fp16 loss scale now, as a device tensor (no sync: the logged step reads it later). GradScaler's only
+        public reader, get_scale(), returns a float and so syncs; _get_scale_async() is the tensor it reads,
+        private but stable since torch 1.6. A copy, since update() changes the scale in place."""
+        if self.scaler is None:
+            return None
+        scale = self.scaler._get_scale_async()
+        return scale.detach().clone() if scale is not None else None
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward through the checker's scale (fp16: the loss scale; the guard: exactly 1.0)."""
@@ -104,16 +115,18 @@ class Precision:
             self.scaler.load_state_dict(state)
 
 
-def make_precision(name: str, device: str | torch.device, *, init_scale: float = 2.0**16) -> Precision:
+def make_precision(name: str, device: str | torch.device, *, init_scale: float = 2.0**16,
+                   guard: bool = True) -> Precision:
     """fp16 -> autocast fp16 + GradScaler (small gradients would underflow fp16 without it);
-    bf16 -> autocast bf16, no scaler (bf16 has fp32's exponent range); fp32 -> neither."""
+    bf16 -> autocast bf16, no scaler (bf16 has fp32's exponent range); fp32 -> neither.
+    guard=False: no non-finite guard for bf16/fp32 (plain optimizer steps)."""
     device_type = torch.device(device).type
     if name == "fp32":
-        return Precision(name, device_type, None, None)
+        return Precision(name, device_type, None, None, guard=guard)
     if name not in _DTYPES:
         raise ValueError(f"unknown precision {name!r}; expected fp32, fp16-mixed or bf16-mixed")
     scaler = torch.amp.GradScaler(device_type, init_scale=init_scale) if name == "fp16-mixed" else None
-    return Precision(name, device_type, _DTYPES[name], scaler)
+    return Precision(name, device_type, _DTYPES[name], scaler, guard=guard)
 
 
 def total_norm(params: list[torch.Tensor]) -> torch.Tensor:

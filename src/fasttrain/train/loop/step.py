@@ -2,11 +2,11 @@
 (synthetic.py), the tuning trial and the benchmarks.
 
 The order of a step (docs/architecture.md draws it with the file of each stage):
-  1. copy the batch to the device: pinned memory and non_blocking, channels_last in the same copy, uint8
-     batches normalised there (4x less to copy)
-  2. forward under autocast, the loss, backward through the precision's scaler (precision.py), the loss divided
-     by its accumulation window's length; out of memory: the same data again as smaller micro-batches
-     (backoff.py keeps the count and says so)
+  1. copy the batch to the device (transfer.py): pinned memory and non_blocking, channels_last in the same copy,
+     on CUDA a side stream the compute waits for; uint8 batches normalised there (4x less to copy)
+  2. mixup (once, before any retry), forward under autocast, the loss, backward through the precision's scaler
+     (precision.py), the loss divided by its accumulation window's length; out of memory: the same data again as
+     smaller micro-batches (backoff.py keeps the count and says so)
   3. when the batch closes its accumulation window: the LR of this step, unscale, clip, the guarded optimizer
      step, zero the gradients (precision.py skips a step whose gradients are not finite)
   4. the non-finite guard counts a bad loss or bad gradients (precision.py), on the device
@@ -28,12 +28,13 @@ from fasttrain.datasets.fast_decode import normalise_batch
 from fasttrain.models.setup import CompileGuard, prepare_model
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.backoff import OomBackoff, give_back_grads, take_grads
 from fasttrain.train.loop.batches import Batch, unpack_batch, window_length
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
 from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
+from fasttrain.train.loop.transfer import DeviceCopy
 
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
@@ -50,6 +51,7 @@ class StepSettings:
     clip_grad_norm: float | None = None
     label_smoothing: float = 0.0
     device: str = "cpu"               # the plan's device ("cuda": the current CUDA device, set per rank)
+    batch_size: int | None = None     # the plan's per-device batch: its micro-batch is the size compile is for
 
 
 class Warnings:
@@ -83,6 +85,7 @@ class StepEngine:
         self.cuda = self.device.type == "cuda"
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.guard = NonFiniteGuard(self.device)
+        self.copy = DeviceCopy(self.device, channels_last=settings.channels_last, non_blocking=settings.non_blocking)
         self.ema: Any = None    # timm.utils.ModelEmaV3 over the module when optim.ema_decay asks for it
         self.notes = list(notes or [])  # what getting the model ready said (threads, checkpointing, ...)
         self.warnings = warnings or Warnings(lambda text: None)
@@ -91,22 +94,25 @@ class StepEngine:
     def build(cls, plan: Plan, optim: OptimSpec, model: torch.nn.Module, *, batches_per_epoch: int,
               activation_checkpointing: bool = False, mixup: Callable[..., Any] | None = None,
               dist: DistContext | None = None, warn: Callable[[str], None] = lambda text: None,
-              oom_backoff: bool = True) -> StepEngine:
+              oom_backoff: bool = True, nonfinite_guard: bool = True) -> StepEngine:
         """The model made ready for the plan (device, channels_last, DDP, compile), its optimizer, schedule and
         precision. The back-off is off under DDP (one rank cannot change the batch alone) and where the caller
-        must see an out-of-memory error itself (the batch search)."""
+        must see an out-of-memory error itself (the batch search); the non-finite guard is off where steps are
+        timed against a plain loop (`bench speedups`)."""
         warnings = Warnings(warn)
         module, runner, notes = prepare_model(model, plan, activation_checkpointing=activation_checkpointing,
-                                              warn=warnings, wrap=dist.wrap if dist is not None else None)
+                                              warn=warnings, wrap=dist.wrap if dist is not None else None,
+                                              not_compilers=is_out_of_memory)
         optimizer = build_optimizer(module, optim, plan.scaled_lr, fused=plan.fused_optimizer)
         accumulation = max(1, plan.accumulation_steps)
         schedule = LRSchedule.from_spec(optimizer, optim, peak_lr=plan.scaled_lr,
                                         steps_per_epoch=math.ceil(max(1, batches_per_epoch) / accumulation))
         settings = StepSettings(accumulation, plan.channels_last, plan.pin_memory, optim.clip_grad_norm,
-                                optim.label_smoothing, plan.device)
+                                optim.label_smoothing, plan.device, plan.batch_size)
         backoff = OomBackoff(plan.effective_batch, warnings, enabled=oom_backoff and dist is None)
-        engine = cls(module, runner, optimizer, schedule, make_precision(plan.precision, plan.device), settings,
-                     backoff, mixup=mixup, notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
+        precision = make_precision(plan.precision, plan.device, guard=nonfinite_guard)
+        engine = cls(module, runner, optimizer, schedule, precision, settings, backoff, mixup=mixup,
+                     notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
         if optim.ema_decay is not None:
             from timm.utils import ModelEmaV3  # warm-up: the average starts short and lengthens (short runs work)
             engine.ema = ModelEmaV3(module, decay=optim.ema_decay, use_warmup=True)
@@ -124,13 +130,15 @@ class StepEngine:
         if events:
             events[1].record()
         copied = time.perf_counter()
+        if self.mixup is not None and targets.dim() == 1:  # once: an out-of-memory retry reuses these images
+            images, targets = self.mixup(images, targets)    # (timm mixes in place; mixing twice is wrong)
         accumulation = self.settings.accumulation
         window, closes = window_length(index, batches, accumulation)
         lr = self.schedule.current()
         loss = self._retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
         loss_ok = torch.isfinite(loss)  # kept on the device: no sync per step
-        scale_before = self.precision.scale if measure and closes and self.precision.scaler is not None else None
-        norm = self.optimizer_step(want_norm=measure) if closes else None
+        scale_before = self.precision.scale_snapshot() if measure and closes else None  # on the device: no sync
+        norm = self.optimizer_step(want_norm=measure, at=(epoch, index, int(targets.shape[0]))) if closes else None
         bad = ~loss_ok
         if closes and self.precision.guard_found_inf is not None:
             bad = bad | (self.precision.guard_found_inf > 0)  # fp32/bf16: gradients non-finite, step skipped
@@ -140,18 +148,14 @@ class StepEngine:
         done = time.perf_counter()
         n = int(targets.shape[0])
         return StepOutcome(loss, loss_ok, bad, norm, closes, n, lr, self.schedule.step, self.micro_batch(n),
-                           self.accumulation_steps, scale_before, self.precision.scale if measure else None,
+                           self.accumulation_steps, scale_before, self.precision.scale_snapshot() if measure else None,
                            StepTiming(copied - started, done - copied, done, tuple(events) if events else None))
 
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """channels_last in the same copy as the move; uint8 batches (the fast decode and shard paths) are
-        normalised on the device, after the 4x smaller copy."""
-        blocking = self.settings.non_blocking
-        if self.settings.channels_last and images.dim() == 4:
-            images = images.to(self.device, non_blocking=blocking, memory_format=torch.channels_last)
-        else:
-            images = images.to(self.device, non_blocking=blocking)
-        return normalise_batch(images), targets.to(self.device, non_blocking=blocking)
+        """The copy (transfer.py: channels_last in it, a side stream on CUDA); uint8 batches (the fast decode and
+        shard paths) are normalised on the device, after the 4x smaller copy, on the compute stream."""
+        images, targets = self.copy(images, targets)
+        return normalise_batch(images), targets
 
     def _retrying(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
                   sync: bool, *, where: tuple[int, int]) -> torch.Tensor:
@@ -159,7 +163,7 @@ class StepEngine:
         memory (the effective batch and the LR stay). `first_in_window`: no earlier gradients of this
         accumulation window to keep aside."""
         while True:
-            stash = None if first_in_window else self._take_grads()
+            stash = None if first_in_window else take_grads(self.params)
             try:
                 loss = self.forward_backward(images, targets, window, sync)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
@@ -168,11 +172,11 @@ class StepEngine:
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             else:
                 if stash is not None:
-                    self._give_back_grads(stash, keep_new=True)
+                    give_back_grads(self.params, stash, keep_new=True)
                 return loss
             # Outside the except block: the exception and the frames holding the step's tensors are gone.
             if stash is not None:
-                self._give_back_grads(stash, keep_new=False)
+                give_back_grads(self.params, stash, keep_new=False)
             else:
                 self.optimizer.zero_grad(set_to_none=True)
             free_device_memory(self.device)
@@ -183,10 +187,11 @@ class StepEngine:
         """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
         gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
         After a back-off the batch runs as micro-batches (same order), the loss their weighted mean.
-        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet."""
-        if self.mixup is not None and targets.dim() == 1:
-            images, targets = self.mixup(images, targets)
+        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet.
+        Mixup has already been applied by step()."""
         n, splits = int(targets.shape[0]), self.backoff.splits
+        if isinstance(self.runner, CompileGuard) and self.settings.batch_size:  # the steady micro-batch is the
+            self.runner.expect(True, self.micro_batch(self.settings.batch_size))  # compiled size (a resume's too)
         if splits <= 1 or n <= 1:
             return self._compiled_or_eager(images, targets, window, sync)
         parts = list(zip(images.split(math.ceil(n / splits)), targets.split(math.ceil(n / splits))))
@@ -204,7 +209,7 @@ class StepEngine:
         try:
             loss = self._forward_backward(images, targets, window, sync)
         except Exception as exc:
-            if guard is None or not guard.active or guard.is_verified(self.module.training) \
+            if guard is None or not guard.ran_compiled or guard.is_verified(self.module.training) \
                     or is_out_of_memory(exc):
                 raise
             guard.fall_back(exc)
@@ -229,8 +234,9 @@ class StepEngine:
         smoothing = 0.0 if targets.dtype.is_floating_point else self.settings.label_smoothing
         return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
 
-    def optimizer_step(self, want_norm: bool = False) -> torch.Tensor | None:
+    def optimizer_step(self, want_norm: bool = False, at: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor | None:
         """LR, unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
+        Out of memory in the step: the back-off retries it once (backoff.py). `at`: (epoch, batch index, samples).
         -> total gradient norm (a device tensor) when clipping or when asked, else None."""
         self.schedule.apply()
         norm = None
@@ -238,7 +244,8 @@ class StepEngine:
         if clip is not None or want_norm:
             self.precision.unscale_(self.optimizer)
             norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip is not None else total_norm(self.params)
-        self.precision.optimizer_step(self.optimizer, self.params, norm)
+        self.backoff.retry_optimizer_step(lambda: self.precision.optimizer_step(self.optimizer, self.params, norm),
+                                          self.optimizer, self.device, self.schedule, at)
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         if self.ema is not None:
@@ -274,18 +281,3 @@ class StepEngine:
         """The micro-batch a loader batch of `batch` samples runs as now."""
         return math.ceil(batch / max(1, self.backoff.splits))
 
-    def _take_grads(self) -> list[torch.Tensor | None]:
-        """Move the gradients accumulated so far aside (no copy), so a failed micro-step can be undone."""
-        stash = [p.grad for p in self.params]
-        for p in self.params:
-            p.grad = None
-        return stash
-
-    def _give_back_grads(self, stash: list[torch.Tensor | None], keep_new: bool) -> None:
-        """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal
-        autograd's own old + new), or drop the new partial ones after a failure."""
-        for p, old in zip(self.params, stash):
-            if not keep_new or p.grad is None:
-                p.grad = old
-            elif old is not None:
-                p.grad.add_(old)

@@ -33,7 +33,8 @@ def pending_step(out: StepOutcome, epoch: int, index: int, batches: int, data_wa
                         accumulation_steps=out.accumulation_steps, end_time=timing.end_time,
                         loss=float(out.loss) if read else None,
                         grad_norm=float(out.grad_norm) if read and out.grad_norm is not None else None,
-                        amp_scale=out.scale_after if read else None, skipped=read and out.skipped)
+                        amp_scale=float(out.scale_after) if read and out.scale_after is not None else None,
+                        skipped=read and out.skipped)
     return PendingStep(record, timing.events)
 
 

@@ -31,7 +31,7 @@ from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
 from fasttrain.train.loop.validation import evaluate
 from fasttrain.train.signals.stop_control import StopControl
-from fasttrain.train.state.checkpoint import rng_states
+from fasttrain.train.state.rng import rng_states
 from fasttrain.train.state.run_state import EpochPartial, FitProgress, Position, Resume, RunExtras, RunState
 
 if TYPE_CHECKING:

@@ -142,8 +142,9 @@ def device_identity(plan: Plan) -> tuple[str, str]:
     import torch
 
     if plan.device == "cuda" and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
-        total = torch.cuda.get_device_properties(0).total_memory
+        here = torch.cuda.current_device()  # the GPU the search runs on (a worker's own, parallel/agree.py)
+        name = torch.cuda.get_device_name(here)
+        total = torch.cuda.get_device_properties(here).total_memory
         return f"{name} {total / ar.GIB:.0f}GiB", torch.__version__
     return "cpu", torch.__version__
 

@@ -69,9 +69,12 @@ def limits(plan: Plan, profile: Profile, report: HardwareReport, params: int, pe
 
     ram = report.memory.ram_total_bytes if worker else report.memory.ram_available_bytes
     out = [Limit("RAM", ram, host)]
-    gpu = report.training_gpu()
-    if on_gpu and gpu is not None:
-        out.insert(0, Limit("GPU memory", gpu.memory_total_bytes, training))
+    memory = report.training_memory()
+    if on_gpu and memory is not None:  # what the device reports free (the back-off is off under DDP: plan it)
+        free, source = memory
+        # torch's reading was taken with a CUDA context held, and training() counts one: count it once
+        out.insert(0, Limit("GPU memory", free + (constants["cuda_context_bytes"] if source == "torch" else 0),
+                            training))
     return out
 
 
@@ -100,13 +103,21 @@ def fit(plan: Plan, found: list[Limit], prefer: tuple[int, int] | None = None) -
         f"effective batch {plan.effective_batch} and LR unchanged")
 
 
+def handed_split() -> tuple[int, int] | None:
+    """The (micro-batch, accumulation) the launcher handed this worker in HANDOFF_ENV, or None."""
+    handed = os.environ.get(HANDOFF_ENV, "")
+    if handed.count(",") == 1 and all(part.isdigit() and int(part) > 0 for part in handed.split(",")):
+        micro, accumulation = (int(part) for part in handed.split(","))
+        return micro, accumulation
+    return None
+
+
 def check(plan: Plan, profile: Profile, report: HardwareReport, model: str, num_classes: int, *,
           worker: bool = False, prefer: tuple[int, int] | None = None) -> tuple[int, int, str | None]:
     """The run's micro-batch on this machine -> (micro-batch, accumulation, note or None)."""
-    handed = os.environ.get(HANDOFF_ENV, "") if worker else ""
-    if handed.count(",") == 1 and all(part.isdigit() and int(part) > 0 for part in handed.split(",")):
-        micro, accumulation = (int(part) for part in handed.split(","))
-        return micro, accumulation, None
+    handed = handed_split() if worker else None
+    if handed is not None:
+        return handed[0], handed[1], None
     counts = model_counts(model, plan.image_size, num_classes, plan.precision)
     if counts is None:
         return plan.batch_size, plan.accumulation_steps, None

@@ -9,7 +9,6 @@ Imported lazily by commands/train.py, so torch is imported only when a training 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,6 +49,8 @@ def prepare(given: TrainArgs) -> Prepared:
     args, resume = final_args(given, world)
     if not args.dry_run and (world is None or world.is_main):
         check_runs_dir(args.runs_dir / args.run_name if resume is not None and args.run_name else args.runs_dir)
+    from fasttrain.train.parallel.agree import claim_device
+    claim_device(world, launching=args.launch is not None)  # before any CUDA work (the probe's, the search's)
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
@@ -134,7 +135,8 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
     """The run's profile, machine and plan. The plan is made from the profile as resolved; it is made again
     only where a decision changes what it is made from, and this is the one place that does so:
       1. `--batch-size auto`: the largest batch that runs here (setup/batch_search.py, cached) replaces the
-         profile's; the search itself runs a plan of the profile as given on this machine.
+         profile's; the search itself runs a plan of the profile as given on this machine, once per job: here,
+         in a child of the launcher, or on rank 0 (setup/auto_job.py), and every rank trains its answer.
       2. A dry run of a GPU profile on a machine without that GPU plans for the profile's machine instead
          (setup/world.py), so the documented multi-GPU line shows its real plan.
       3. Any other batch is fitted to this machine's memory (setup/footprint.py): a batch that does not fit
@@ -143,11 +145,13 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
     or the fit, so `profiles show`, the run folder's profile.yaml and the plan agree). `notes`: the run's own
     notes so far (the flip check's), kept in every plan made here."""
     notes = list(notes)
-    if args.batch_size == "auto":
-        from fasttrain.train.setup.batch_search import auto_batch_flags
-        flags, message = auto_batch_flags(resolved.profile, report, model_name, bundle.num_classes)
+    searched: str | None = None  # the auto batch's explanation, handed to the workers with the split
+    if args.batch_size == "auto":  # searched once for the whole job (setup/auto_job.py says where)
+        from fasttrain.train.setup.auto_job import job_auto_batch
+        flags, searched = job_auto_batch(resolved.profile, report, model_name, bundle.num_classes, world=world,
+                                         launching=args.launch is not None)
         resolved = resolved.with_flags(flags)
-        notes.append(message)
+        notes.append(searched)
     plan = _make_plan(resolved, report, bundle, notes)
     report, plan = world_or_target(args.dry_run, resolved.profile, report, plan,
                                    lambda machine, note: _make_plan(resolved, machine, bundle, [*notes, note]),
@@ -161,8 +165,9 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
             resolved = resolved.with_flags({"loader.batch_size": ("memory fit", micro),
                                             "optim.accumulation_steps": ("memory fit", accumulation)})
             plan = _make_plan(resolved, report, bundle, [*notes, *([note] if note else [])])
-        if args.launch is not None and not args.dry_run:  # the workers take this split, so every rank agrees
-            os.environ[footprint.HANDOFF_ENV] = f"{plan.batch_size},{plan.accumulation_steps}"
+    if args.launch is not None and not args.dry_run:  # the workers take this split, so every rank agrees
+        from fasttrain.train.setup.auto_job import hand_to_workers
+        hand_to_workers(plan.batch_size, plan.accumulation_steps, searched)
     return resolved, report, plan
 
 

@@ -4,7 +4,7 @@ Write: a temporary file in the same directory, flushed and fsynced, then os.repl
 name (atomic on POSIX within one file system), then the directory is fsynced so the rename survives a
 power cut. A reader therefore sees the old checkpoint or the new one, never half of one.
 Content is everything an exact resume needs: model, optimizer, GradScaler, LR schedule,
-epoch and batch inside it, sampler state, RNG states, the resolved profile and versions.
+epoch and batch inside it, sampler state, RNG states (rng.py), the resolved profile and versions.
 A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
 the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
 Every file carries a SHA-256 of its content (integrity.py); load() verifies it and the types of the
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -28,30 +27,12 @@ from typing import Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, verify_checksum, with_checksum
+from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, to_host, verify_checksum, with_checksum
 from fasttrain.train.state.run_state import Position
 from fasttrain.core.diskspace import disk_full, disk_write_error
 
 FORMAT = "fasttrain-checkpoint"
 FORMAT_VERSION = 1
-
-
-def rng_states() -> dict[str, Any]:
-    import numpy as np
-    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
-                             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_states(state: dict[str, Any]) -> None:
-    import numpy as np
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def versions() -> dict[str, str]:
@@ -63,7 +44,8 @@ def save_atomic(payload: dict[str, Any], path: Path, *, slow_save_s: float = 0.0
     """torch.save to `path` atomically (see module docstring), with its checksum. Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = with_checksum({"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **payload})
+    payload = with_checksum(to_host({"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(),
+                                     **payload}))  # one copy to the host, hashed and saved from there
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -21,9 +21,36 @@ CHECKSUM_ALGO = "sha256-content-v1"
 NO_CHECKSUM = "no checksum"
 
 
+def to_host(value: Any) -> Any:
+    """`value` with every tensor in it on the host, copied once: device tensors start their copies without waiting
+    (non_blocking, into pinned memory) and one synchronize ends them all, where hashing each tensor on its device
+    made a copy and a sync per tensor, and torch.save another copy of everything. Host tensors are kept as they are.
+    Dicts, lists and tuples are rebuilt; anything else is returned as is. Pure but for the copies."""
+    waits: list[torch.device] = []
+
+    def walk(v: Any) -> Any:
+        if torch.is_tensor(v):
+            if v.device.type == "cpu":
+                return v
+            if v.device.type == "cuda":
+                waits.append(v.device)
+            return v.detach().to("cpu", non_blocking=v.device.type == "cuda")
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if type(v) in (list, tuple):  # exactly: a namedtuple is kept as it is
+            return type(v)(walk(x) for x in v)
+        return v
+
+    out = walk(value)
+    for device in set(waits):
+        torch.cuda.synchronize(device)
+    return out
+
+
 def _feed(h: Any, value: Any) -> None:
     if torch.is_tensor(value):
-        t = value.detach().cpu().contiguous()
+        t = value.detach()
+        t = (t if t.device.type == "cpu" else t.cpu()).contiguous()  # save_atomic hands over host tensors
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
         if t.numel():
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -128,7 +128,7 @@ class RunState:
     position: Position
     scaler: dict[str, Any] | None = None      # fp16's GradScaler; None for bf16 and fp32
     partial: EpochPartial | None = None       # mid-epoch: the epoch's sums so far
-    rng: dict[str, Any] | None = None         # this process's RNG states (state.checkpoint.rng_states)
+    rng: dict[str, Any] | None = None         # this process's RNG states (state.rng.rng_states)
     rng_per_rank: list[Any] | None = None     # every rank's, under DDP (rank order)
     metrics: dict[str, Any] = field(default_factory=dict)     # the epoch's row (epoch checkpoints)
     micro_batch_splits: int = 1               # out-of-memory back-off: micro-batches per loader batch

@@ -44,12 +44,13 @@ class _Trial:
         self.spent = 0.0
         self.budget = 0.0
         self.step_s = 0.0
+        self.compile_s = 0.0  # the plan's warm-up beyond its steps when it compiles: each candidate pays it again
         self.rows: list[dict[str, Any]] = []
         self.skipped: list[str] = []
         self.warm, self.timed = STEPS.get(prep.plan.device, STEPS["cpu"])
 
     def cost(self, extra_steps: int = 0) -> float:
-        return decide.candidate_cost_s(self.step_s, self.warm + self.timed + extra_steps)
+        return decide.candidate_cost_s(self.step_s, self.warm + self.timed + extra_steps, self.compile_s)
 
     def time_plan(self, plan: Plan, name: str, threads: list[int] | None = None) -> dict[int, float]:
         """Seconds per step of `plan` (at each thread count, on the same model) -> {threads: step_s}."""
@@ -72,13 +73,19 @@ class _Trial:
         for n in threads or [0]:
             if n and plan.device == "cpu":
                 torch.set_num_threads(n)
-            trainer.train_epoch(data, 0, batches=self.warm + (1 if first else 0))
+            warm_steps = self.warm + (1 if first else 0)
+            w0 = time.perf_counter()
+            trainer.train_epoch(data, 0, batches=warm_steps)
             _sync(engine.device)
             t0 = time.perf_counter()
             trainer.train_epoch(data, 0, batches=self.timed)
             _sync(engine.device)
             out[n] = (time.perf_counter() - t0) / self.timed
-            self.rows.append({"candidate": name, "threads": n or None, "step_s": round(out[n], 5)})
+            warm_s = t0 - w0  # compiling happens in the first steps: what the warm-up took beyond its steps
+            if first and plan.compile:
+                self.compile_s = max(self.compile_s, warm_s - warm_steps * out[n])
+            self.rows.append({"candidate": name, "threads": n or None, "step_s": round(out[n], 5),
+                              "warmup_s": round(warm_s, 3)})
         self.spent += time.perf_counter() - started
         return out
 
@@ -181,6 +188,7 @@ def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, 
                              "`fasttrain bench speedups` measures it")
     choice = {k: getattr(plan, k) for k in CHOICE_FIELDS}
     findings = {"date": today, "spent_s": round(trial.spent, 2), "budget_s": round(trial.budget, 2),
+                "compile_s": round(trial.compile_s, 2),
                 "planned_steps": steps, "planned_run_s": round(trial.step_s * steps, 1),
                 "candidates": trial.rows, "skipped": trial.skipped, "choice": choice,
                 "measurements": [m.to_dict() for m in found]}
