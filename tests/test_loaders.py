@@ -131,3 +131,28 @@ def test_synthetic_has_no_loaders() -> None:
     bundle = build_datasets("synthetic", image_size=16, augment=AUG)
     with pytest.raises(ValueError, match="SyntheticBatches"):
         build_loaders(bundle, _plan(), seed=0)
+
+
+def test_worker_silences_only_the_fd_handoff_race() -> None:
+    """A loader stopped mid-epoch may close the socket of a batch hand-off in flight; the worker's
+    resource_sharer thread must not print that traceback into the user's output, but other thread errors must."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import threading
+        from fasttrain.datasets.loaders import start_worker
+        start_worker(0)
+        def _serve():
+            raise ConnectionResetError(104, "Connection reset by peer")
+        def other():
+            raise ValueError("a real bug")
+        for target in (_serve, other):
+            t = threading.Thread(target=target)
+            t.start()
+            t.join()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "ConnectionResetError" not in out.stderr
+    assert "ValueError: a real bug" in out.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,9 +61,22 @@ def start_worker(worker_id: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.excepthook = _quiet_fd_handoff_race
     worker_seed = torch.initial_seed() % 2**32
     np.random.seed(worker_seed)
     random.seed(worker_seed)
+
+
+def _quiet_fd_handoff_race(args: threading.ExceptHookArgs) -> None:
+    """A worker hands each batch's memory to the main process as a file descriptor, served on a
+    multiprocessing.resource_sharer thread. When the main process stops a loader mid-epoch (bench loader's timed
+    window, a time budget, a stop), a hand-off in flight ends with the peer's socket closed, and that thread printed
+    a harmless ConnectionResetError traceback into the user's output. Only that race is silenced; any other thread
+    error still prints."""
+    in_handoff = args.thread is not None and "_serve" in args.thread.name
+    if in_handoff and isinstance(args.exc_value, (ConnectionError, EOFError)):
+        return
+    threading.__excepthook__(args)
 
 
 class Loader:
