@@ -23,6 +23,7 @@ import torch
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
+from fasttrain.train.loop.divergence import check as check_divergence
 from fasttrain.train.loop.epoch_sums import EpochSums
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.loop.step import StepEngine
@@ -190,6 +191,7 @@ class Trainer:
                 is_best = self.progress.add_epoch(row)
                 self._checkpoint(epoch + 1, row, pass_done, epoch_end=(epoch, is_best))
                 self.listeners.on_epoch_end(row)
+                check_divergence(self.progress.history, self.last_good)  # a loss that runs away: exit 1
                 if self.progress.out_of_patience(self.options.patience):
                     stopped_early = True
                     self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for "
