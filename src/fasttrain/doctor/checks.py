@@ -36,6 +36,7 @@ RULES: tuple[Rule, ...] = (
     h.rule_profile_machine,
     h.rule_bf16,
     h.rule_compile,
+    h.rule_busy_cpu,
     h.rule_workers_vs_cores,
     h.rule_loader_ram,
     h.rule_shm,

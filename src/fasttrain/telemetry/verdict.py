@@ -17,6 +17,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.telemetry.contention import busy_text
 from fasttrain.tuning.advice import advise
 from fasttrain.tuning.store import SettingValue
 from fasttrain.tuning.store import Measurement
@@ -49,7 +50,7 @@ TORCH_DEFAULT_PREFETCH = 2
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str   # "warming-up" | "input-bound" | "transfer-bound" | "host-bound" | "compute-bound"
+    kind: str   # "warming-up" | "busy-machine" | "input-bound" | "transfer-bound" | "host-bound" | "compute-bound"
     text: str
     suggested_workers: int | None = None
     ram_allows_workers: int | None = None
@@ -76,6 +77,9 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
     if seen < WARMUP_STEPS or window < MIN_WINDOW_STEPS or wait is None or h2d is None or compute is None:
         return Verdict("warming-up", f"warming up: {seen} of {WARMUP_STEPS} steps measured (the first steps include "
                                      "worker start-up, autotuning and compilation)")
+    busy = busy_text(snapshot, report.cores if report is not None else None, planned_cores(plan, report))
+    if busy is not None:  # a competitor slows every part of the step alike: the split below would not show it
+        return Verdict("busy-machine", busy)
     util = snapshot.get("gpu_util_pct")
     low_util = util is not None and util < LOW_GPU_UTIL_PCT
     if wait >= INPUT_BOUND_FRACTION or (low_util and wait >= INPUT_BOUND_FRACTION_LOW_UTIL):
@@ -87,6 +91,15 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
                                      "the Python side cannot queue work fast enough -- raise loader.batch_size or "
                                      "use speed.compile=true with compile_mode=reduce-overhead (CUDA graphs)")
     return _compute_bound(compute, plan, report, measured)
+
+
+def planned_cores(plan: Plan, report: HardwareReport | None) -> float | None:
+    """The cores' worth a run is planned to keep busy: on the CPU its compute threads and loader workers, on a
+    GPU one core to launch work plus the workers; at most the machine's cores."""
+    if report is None:
+        return None
+    threads = (plan.cpu_threads or max(1, report.cores - plan.workers)) if plan.device == "cpu" else 1
+    return float(min(report.cores, threads + plan.workers))
 
 
 def workers_needed(current_workers: int, wait_fraction: float) -> int:

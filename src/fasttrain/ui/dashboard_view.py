@@ -28,7 +28,7 @@ from fasttrain.ui.dashboard_format import (LIVE_EPOCH_ROWS, epoch_columns, epoch
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 
-VERDICT_STYLE = {"input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
+VERDICT_STYLE = {"busy-machine": "bold red", "input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}
 BAR_WIDTH = 30
 MIN_BAR_WIDTH = 8
