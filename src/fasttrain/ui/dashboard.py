@@ -134,9 +134,7 @@ class Dashboard:
             shown = epoch_columns([row])
             labels = epoch_labels(self.data_kind)
             self._write("epoch done: " + " | ".join(f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
-            snap = self._current()
-            if snap:
-                self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report, self.measured, self.input_gain)}")
+            self._plain_verdict(self._current())
 
     def message(self, text: str, level: str = "info") -> None:
         """A line above the live screen / in the plain log; with --quiet only errors are shown."""
@@ -199,8 +197,15 @@ class Dashboard:
         if not snap:
             return
         self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind))
+        self._plain_verdict(snap)
+
+    def _plain_verdict(self, snap: dict[str, Any] | None) -> None:
+        """The verdict's line, written only when its kind changes (docs/dashboard.md): a log read later shows
+        each change once, not the same sentence after every epoch."""
+        if not snap:
+            return
         verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain)
-        if verdict.kind != self._last_kind:  # the verdict is repeated only when it changes
+        if verdict.kind != self._last_kind:
             self._last_kind = verdict.kind
             self._write(f"verdict: {verdict.text}")
 
