@@ -84,7 +84,7 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
     assert lines[0].startswith("fasttrain: profile cpu | device cpu")
     assert any(ln.startswith("verdict: compute-bound: 90% of each step is compute") for ln in lines)
     # the epoch line shows the known columns; every telemetry_* total stays in metrics.jsonl
-    assert "epoch done: epoch 1 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
+    assert "epoch done: epoch 1/4 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
     assert "checkpoint saved" in lines
     assert lines[-3:] == ["  best_val_acc1: 91.0%", "  images_per_s: 640", "  run_dir: runs/x"]
 
@@ -119,7 +119,7 @@ def test_live_mode_renders_every_part(plan, report) -> None:
     for part in ("epoch 1/4", "50/100 50%", "run 12%", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
                  "5.0 alloc / 6.0 rsvd / 7.0 peak GiB", "12%, 71 W", "host RAM", "data wait", "70%",
                  "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
-                 "epochs", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
+                 "epoch 1/4 | train loss 0.42", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
         assert part in plain, part
 
 
@@ -262,14 +262,15 @@ def _live_text(plan, report, snap: dict, *, width: int, no_color: bool = False, 
     """One frame of the live screen, as a terminal of `width` columns shows it (escape codes removed)."""
     def console(buf: io.StringIO) -> Console:
         return Console(file=buf, force_terminal=True, width=width, no_color=no_color)
-    buf = io.StringIO()
-    with Dashboard(plan, total_batches=total_batches, epochs=epochs, mode="live", console=console(io.StringIO()),
+    buf, above = io.StringIO(), io.StringIO()
+    with Dashboard(plan, total_batches=total_batches, epochs=epochs, mode="live", console=console(above),
                    report=report, forecast=FORECAST, data_kind=data_kind) as dash:
         dash.update(snap, None)
         for row in rows:
             dash.epoch_end(row)
         console(buf).print(dash.render())
-    return ANSI.sub("", buf.getvalue())
+    epoch_lines = [ln for ln in ANSI.sub("", above.getvalue()).splitlines() if ln.startswith("epoch ") and " | " in ln]
+    return "\n".join(epoch_lines + [""]) + ANSI.sub("", buf.getvalue())
 
 
 def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> None:
@@ -278,12 +279,11 @@ def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> No
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert "…" not in text
-    header, progress = lines[0], lines[1]
+    epoch, header, progress = lines[0], lines[1], lines[2]
     assert header.startswith("fasttrain  profile cpu") and "bf16-mixed" in header and "1 worker" in header
     assert "ETA 0:00:25" in progress and "18,070 img/s" in progress
     assert "75.0 alloc / 78.0 rsvd / 77.0 peak of 80.0 GiB" in text
-    table = [line for line in lines if line.startswith("│")]
-    assert "0:00:30" in table[0] and "91.0%" in table[0] and "0.42" in table[0]
+    assert epoch.startswith("epoch 1/3 | train loss 0.42") and "0:00:30" in epoch and "91.0%" in epoch
 
 
 def test_live_progress_is_the_epochs_own_with_the_run_beside_it(plan, report) -> None:
@@ -334,3 +334,13 @@ def test_large_rates_read_with_separators() -> None:
         ("1,234", "999.9", "0.003", "-25,000")
     assert (plural(1, "worker"), plural(2, "worker"), plural(0, "warning"), plural(1, "class", "classes"),
             plural(3, "class", "classes")) == ("1 worker", "2 workers", "0 warnings", "1 class", "3 classes")
+
+
+def test_live_progress_says_validating_between_the_last_batch_and_the_epoch_line(plan, report) -> None:
+    """Validation showed the finished epoch's bar with `ETA 0:00:00` and nothing moving."""
+    snap = {"epoch": 0, "batch_index": 99, "batches_in_epoch": 100, "step_time_s": 0.1, "it_per_s": 10.0,
+            "images_per_s": 640.0}
+    progress = _live_text(plan, report, snap, width=80, rows=()).splitlines()[1]
+    assert progress.startswith("epoch 1/3 ") and "100/100 100%" in progress and progress.endswith("validating")
+    after = _live_text(plan, report, snap, width=80, rows=(FULL_ROW,)).splitlines()
+    assert "validating" not in after[2] and "ETA" in after[2]

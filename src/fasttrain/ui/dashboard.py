@@ -22,7 +22,7 @@ from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
 from fasttrain.train.events import RunEnd, StepEvent
-from fasttrain.ui.dashboard_format import epoch_columns, epoch_labels, fmt_value, plain_line
+from fasttrain.ui.dashboard_format import epoch_line, fmt_value, plain_line
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -73,7 +73,7 @@ class Dashboard:
         self._rows: list[dict[str, Any]] = []
         self._messages: list[str] = []
         self._live: Any = None
-        self._epoch_table: Any = None  # dashboard_view.EpochTable, made on the first live redraw
+        self._opened: float | None = None  # clock() when the display opened: the elapsed time
         self._last_plain: float | None = None
         self._last_draw = 0.0
         self._last_kind: str | None = None
@@ -81,6 +81,7 @@ class Dashboard:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Dashboard":
+        self._opened = self._clock()
         if self.mode == "live":
             from rich.live import Live
 
@@ -113,7 +114,8 @@ class Dashboard:
         self._rec = rec
         if self.mode == "live":
             now = self._clock()
-            if self._live is not None and now - self._last_draw >= 1.0 / REFRESH_PER_SECOND:
+            last_batch = rec is not None and rec.batch_index + 1 >= rec.batches_in_epoch  # validation comes next
+            if self._live is not None and (now - self._last_draw >= 1.0 / REFRESH_PER_SECOND or last_batch):
                 self._last_draw = now
                 self._live.refresh()
             return
@@ -130,10 +132,12 @@ class Dashboard:
     def epoch_end(self, row: dict[str, Any]) -> None:
         """One row of the epoch table (keys chosen by the loop: epoch, train_loss, val_acc1, time_s, ...)."""
         self._rows.append(dict(row))
+        if self.mode == "live" and self._live is not None:  # above the live region: one line per epoch scrolls up
+            self._live.console.print(epoch_line(row, self.epochs, self.console.width, self.data_kind),
+                                     markup=False, highlight=False, no_wrap=True, overflow="crop")
+            self._live.refresh()
         if self.mode == "plain":
-            shown = epoch_columns([row])
-            labels = epoch_labels(self.data_kind)
-            self._write("epoch done: " + " | ".join(f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
+            self._write("epoch done: " + epoch_line(row, self.epochs, None, self.data_kind))
             self._plain_verdict(self._current())
 
     def message(self, text: str, level: str = "info") -> None:
@@ -236,12 +240,11 @@ class Dashboard:
         """The live screen as one Rich renderable (also used by tests)."""
         from fasttrain.ui import dashboard_view
 
-        if self._epoch_table is None:
-            self._epoch_table = dashboard_view.EpochTable()
+        elapsed = self._clock() - self._opened if self._opened is not None else None
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
                                            self.epochs, tuple(self._rows), self.data_kind,
-                                           self.measured, self.input_gain)
-        return dashboard_view.screen(model, self._current() or {}, self._epoch_table, self.console)
+                                           self.measured, self.input_gain, elapsed)
+        return dashboard_view.screen(model, self._current() or {}, self.console)
 
     def _summary_table(self, summary: dict[str, Any]) -> Any:
         from rich.table import Table
