@@ -86,7 +86,8 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
     # the epoch line shows the known columns; every telemetry_* total stays in metrics.jsonl
     assert "epoch done: epoch 1/4 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
     assert "checkpoint saved" in lines
-    assert lines[-3:] == ["  best_val_acc1: 91.0%", "  images_per_s: 640", "  run_dir: runs/x"]
+    assert lines[-3:] == ["  run folder       runs/x", "  accuracy         acc@1 - (best acc@1 91.0%)",
+                          "  TensorBoard      tensorboard --logdir runs/x/tb"]
 
 
 def test_plain_mode_pulls_from_telemetry_when_given_no_snapshot(plan) -> None:
@@ -119,7 +120,7 @@ def test_live_mode_renders_every_part(plan, report) -> None:
     for part in ("epoch 1/4", "50/100 50%", "run 12%", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
                  "5.0 alloc / 6.0 rsvd / 7.0 peak GiB", "12%, 71 W", "host RAM", "data wait", "70%",
                  "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
-                 "epoch 1/4 | train loss 0.42", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
+                 "epoch 1/4 | train loss 0.42", "91.0%", "checkpoint saved", "summary", "best acc@1 91.0%"):
         assert part in plain, part
 
 
@@ -159,7 +160,8 @@ def test_quiet_mode_prints_only_errors_and_the_summary(plan) -> None:
         dash.message("checkpoint saved")
         dash.message("loss is NaN", level="error")
         dash.close({"best_val_acc1": 0.9})
-    assert out.getvalue().splitlines() == ["error: loss is NaN", "summary:", "  best_val_acc1: 90.0%"]
+    assert out.getvalue().splitlines() == ["error: loss is NaN", "summary (all of it: summary.json in the run folder):",
+                                           "  accuracy         acc@1 - (best acc@1 90.0%)"]
 
 
 def test_measured_vs_forecast_ratio() -> None:
@@ -223,7 +225,7 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     assert [r["kind"] for r in records].count("epoch") == 2
     assert all("end_time" not in r for r in records)
     text = out.getvalue()
-    assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary:" in text
+    assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary (all of it" in text
 
 
 def test_dashboard_is_a_train_listener(plan) -> None:
@@ -240,7 +242,7 @@ def test_dashboard_is_a_train_listener(plan) -> None:
         dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}, {"run_dir": "runs/x"}))
     text = out.getvalue()
     assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
-    assert "run_dir: runs/x" in text and "history" not in text
+    assert "run folder       runs/x" in text and "history" not in text
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

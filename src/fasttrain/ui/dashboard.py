@@ -22,7 +22,7 @@ from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
 from fasttrain.train.events import RunEnd, StepEvent
-from fasttrain.ui.dashboard_format import epoch_line, fmt_value, plain_line
+from fasttrain.ui.dashboard_format import epoch_line, plain_line
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -161,12 +161,13 @@ class Dashboard:
         self._closed = True
         if summary is None:
             return
-        if self.mode == "live":
-            self.console.print(self._summary_table(summary))
-        else:
-            self._write("summary:")
-            for key, value in summary.items():
-                self._write(f"  {key}: {fmt_value(key, value)}")
+        from fasttrain.ui.ending import ending_lines
+        lines = ["summary (all of it: summary.json in the run folder):", *("  " + ln for ln in ending_lines(summary))]
+        for line in lines:  # whole lines, never cut: paths and commands are copied from here
+            if self.mode == "live":
+                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            else:
+                self._write(line)
 
     # -- the TrainListener protocol (fasttrain.train.events): what the loop and the run tell it ----------
     def on_run_start(self, plan: Plan, notes: list[str]) -> None:
@@ -184,7 +185,7 @@ class Dashboard:
         self.message(text, level)
 
     def on_run_end(self, end: RunEnd) -> None:
-        self.close(end.highlights)
+        self.close(end.summary)
 
     # -- plain -----------------------------------------------------------------------------------
     def _write(self, line: str) -> None:
@@ -245,13 +246,3 @@ class Dashboard:
                                            self.epochs, tuple(self._rows), self.data_kind,
                                            self.measured, self.input_gain, elapsed)
         return dashboard_view.screen(model, self._current() or {}, self.console)
-
-    def _summary_table(self, summary: dict[str, Any]) -> Any:
-        from rich.table import Table
-
-        table = Table(title="summary", show_header=False)
-        table.add_column("key", style="bold")
-        table.add_column("value")
-        for key, value in summary.items():
-            table.add_row(key, fmt_value(key, value))
-        return table

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
-from fasttrain.train.run.summary import fault_report, highlights, interrupted_report, resume_command, run_summary
+from fasttrain.train.run.summary import (fault_report, final_verdict, highlights, interrupted_report, resume_command,
+                                         run_summary)
 from fasttrain.train.setup.plan_view import plan_notes
 from fasttrain.train.state.run_state import RunExtras
 from fasttrain.train.trial.tune import forecast_for_run
@@ -188,6 +189,7 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     summary = run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch)
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
+    summary["verdict"] = final_verdict(prep, run.telemetry)
     if interrupted is not None:
         summary.update(interrupted_report(interrupted, resume_cmd, trainer.last_good))
     end = RunEnd(summary, highlights(summary))

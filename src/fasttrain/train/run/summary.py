@@ -6,6 +6,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.types import Prepared
 
@@ -50,8 +51,11 @@ def run_summary(prep: Prepared, result: FitResult | None, run_dir: Path, wall_s:
                 torch: ModuleType) -> dict[str, Any]:
     result = result or FitResult()  # stopped before fit() began
     last = result.history[-1] if result.history else {}
-    images = sum(r.get("train_images", 0) for r in result.history)
-    train_s = sum(r.get("train_s", 0.0) for r in result.history)
+    # The rate of this session, like its wall time: a resumed run's history also holds the epochs before it.
+    before = prep.resume.state.position.finished_epochs if prep.resume is not None else 0
+    session = [r for r in result.history if int(r.get("epoch", 0)) > before]
+    images = sum(r.get("train_images", 0) for r in session)
+    train_s = sum(r.get("train_s", 0.0) for r in session)
     return {
         "run_dir": str(run_dir), "profile": prep.profile_ref, "model": prep.model_name, "data": prep.args.data,
         "device": prep.plan.device, "precision": prep.plan.precision, "world_size": prep.plan.world_size,
@@ -79,3 +83,13 @@ def highlights(summary: dict[str, Any]) -> dict[str, Any]:
     if summary.get("checkpoint_errors"):
         short["checkpoint_errors"] = len(summary["checkpoint_errors"])
     return short
+
+
+def final_verdict(prep: Prepared, telemetry: Telemetry | None) -> str | None:
+    """The bottleneck verdict on the run's last window of steps, for the summary; None when too few were measured."""
+    if telemetry is None:
+        return None
+    from fasttrain.telemetry.verdict import assess
+    from fasttrain.train.run.opening import input_gain, measured_here
+    verdict = assess(telemetry.snapshot(), prep.plan, prep.report, measured_here(prep), input_gain(prep))
+    return None if verdict.kind == "warming-up" else verdict.text
