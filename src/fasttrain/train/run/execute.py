@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
+from fasttrain.train.run.export import write_model_files
 from fasttrain.train.run.summary import (fault_report, final_verdict, highlights, interrupted_report, resume_command,
                                          run_summary)
 from fasttrain.train.setup.plan_view import plan_notes
@@ -190,6 +191,8 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
     summary["verdict"] = final_verdict(prep, run.telemetry)
+    if prep.is_main:  # the weights as a user loads them: model.safetensors + model.json (export.py)
+        summary["model_files"] = write_model_files(prep, run.run_dir, summary)
     if interrupted is not None:
         summary.update(interrupted_report(interrupted, resume_cmd, trainer.last_good))
     end = RunEnd(summary, highlights(summary))
