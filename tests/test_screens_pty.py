@@ -40,3 +40,32 @@ def test_every_epoch_is_one_line_in_the_scrollback_and_the_newest_is_kept(twelve
 
 def test_the_live_screen_shows_the_elapsed_time(twelve_epochs) -> None:
     assert re.search(r"elapsed \d:\d\d:\d\d", twelve_epochs.text())
+
+
+PRESETS = ("aws-a10g", "cpu", "gcp-v100", "kaggle-t4", "laptop-4060")
+
+
+def test_profiles_list_keeps_what_users_type_whole_at_80_columns() -> None:
+    """`kaggle-…` and `fp16-mi…` at 80 columns."""
+    term = run_in_pty("profiles", "list")
+    assert term.code == 0
+    assert "…" not in term.text()
+    assert all(len(line) <= 80 for line in term.lines)
+    for name in PRESETS:
+        assert any(line.startswith(f"│ {name} ") for line in term.lines), name
+    assert sum("fp16-mixed" in line for line in term.lines) == 4
+
+
+def test_doctor_title_and_findings_are_not_cut_at_80_columns() -> None:
+    term = run_in_pty("doctor", "--profile", "cpu")
+    assert term.code in (0, 1)
+    assert "…" not in term.text() and "findings (profile cpu)" in term.text()
+
+
+def test_train_help_reads_at_80_columns() -> None:
+    """Descriptions wrapped to ~23 characters, a metavar split mid-word, `--set <list[str]>`."""
+    term = run_in_pty("train", "--help")
+    text = term.text()
+    assert term.code == 0 and "<list[str]>" not in text and "--set KEY=VALUE" in text
+    assert "-d, --data DIR|shapes|synthetic|module:callable" in text  # the metavar whole, on one line
+    assert "Preset name or profile YAML; default: the" in text  # a description line of readable length

@@ -25,6 +25,11 @@ from fasttrain.train.parallel import launch
 from fasttrain.core.errors import JobFailed, UserError
 
 
+# What an option's value is, in the words a help text uses (Typer would show `<int>`, `<path>`, `<list[str]>`).
+_PLAIN_METAVARS = {"<int>": "N", "<float>": "X", "<str>": "TEXT", "<path>": "PATH", "<list[str]>": "TEXT",
+                   "<int range>": "N", "<float range>": "X"}
+
+
 def _show_flags_as_flags(command: object) -> None:
     """A boolean flag (--dry-run, --json, --help) takes no value: give it an empty metavar so the help shows no
     `<bool>` beside it (Typer would, inviting `--dry-run true`, which is refused). Recurses into groups."""
@@ -38,6 +43,12 @@ def _show_flags_as_flags(command: object) -> None:
     for param in params + ([help_option] if help_option is not None else []):
         if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
             param.metavar = ""
+        elif getattr(param, "metavar", "") is None and getattr(param, "opts", None):  # `<int>` -> `N`
+            try:
+                shown = param.display_type(Context(command))
+            except Exception:  # noqa: BLE001 - as above
+                continue
+            param.metavar = _PLAIN_METAVARS.get(shown)
     for sub in (getattr(command, "commands", None) or {}).values():
         _show_flags_as_flags(sub)
 
@@ -64,7 +75,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # click's help layout: at 80 columns Rich's boxes squeezed descriptions to ~23 characters
 )
 
 

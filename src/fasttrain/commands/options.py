@@ -39,7 +39,7 @@ def _profile_callback(value: str | None) -> str | None:
 
 def set_option() -> Any:
     """--set KEY=VALUE, repeatable (default None: no overrides)."""
-    return typer.Option(None, "--set", help="Override a profile value, e.g. --set loader.batch_size=128 "
+    return typer.Option(None, "--set", metavar="KEY=VALUE", help="Override a profile value, e.g. --set loader.batch_size=128 "
                                             "(repeatable).")
 
 
