@@ -209,10 +209,15 @@ class Dashboard:
         each change once, not the same sentence after every epoch."""
         if not snap:
             return
-        verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain)
+        verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain, self.run_s(snap))
         if verdict.kind != self._last_kind:
             self._last_kind = verdict.kind
             self._write(f"verdict: {verdict.text}")
+
+    def run_s(self, snap: dict[str, Any]) -> float | None:
+        """The whole run's training time at the current step rate (seconds), for the verdict's advice."""
+        step = snap.get("step_time_s")
+        return step * self.total_batches if step is not None and self.total_batches else None
 
     @property
     def header(self) -> str:
@@ -244,5 +249,5 @@ class Dashboard:
         elapsed = self._clock() - self._opened if self._opened is not None else None
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
                                            self.epochs, tuple(self._rows), self.data_kind,
-                                           self.measured, self.input_gain, elapsed)
+                                           self.measured, self.input_gain, elapsed, self.run_s(self._current() or {}))
         return dashboard_view.screen(model, self._current() or {}, self.console)

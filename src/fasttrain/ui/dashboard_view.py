@@ -72,6 +72,7 @@ class ScreenModel:
     measured: tuple[Any, ...] = ()         # tuning.store.Measurement made here, for the verdict's advice
     input_gain: str | None = None          # the measured shard factor the input-bound verdict quotes
     elapsed_s: float | None = None         # seconds since the display opened
+    run_s: float | None = None             # the whole run's training time at the current rate (the verdict's advice)
 
 
 def screen(model: ScreenModel, snap: dict[str, Any], console: Console) -> Group:
@@ -84,7 +85,7 @@ def screen(model: ScreenModel, snap: dict[str, Any], console: Console) -> Group:
     for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
         part.no_wrap, part.overflow = True, "crop"
     if snap:
-        verdict = vd.assess(snap, model.plan, model.report, model.measured, model.input_gain)
+        verdict = vd.assess(snap, model.plan, model.report, model.measured, model.input_gain, model.run_s)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))
     return Group(*parts)
 

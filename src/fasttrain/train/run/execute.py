@@ -192,7 +192,7 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
     summary["plan_notes"] = plan_notes(prep)  # every note of the opening, shown or not
-    summary["verdict"] = final_verdict(prep, run.telemetry)
+    summary["verdict"] = final_verdict(prep, run.telemetry, summary.get("fit_s"))
     if prep.is_main:  # the weights as a user loads them: model.safetensors + model.json (export.py)
         summary["model_files"] = write_model_files(prep, run.run_dir, summary)
     if interrupted is not None:

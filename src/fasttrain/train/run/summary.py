@@ -85,11 +85,11 @@ def highlights(summary: dict[str, Any]) -> dict[str, Any]:
     return short
 
 
-def final_verdict(prep: Prepared, telemetry: Telemetry | None) -> str | None:
+def final_verdict(prep: Prepared, telemetry: Telemetry | None, run_s: float | None = None) -> str | None:
     """The bottleneck verdict on the run's last window of steps, for the summary; None when too few were measured."""
     if telemetry is None:
         return None
     from fasttrain.telemetry.verdict import assess
     from fasttrain.train.run.opening import input_gain, measured_here
-    verdict = assess(telemetry.snapshot(), prep.plan, prep.report, measured_here(prep), input_gain(prep))
+    verdict = assess(telemetry.snapshot(), prep.plan, prep.report, measured_here(prep), input_gain(prep), run_s)
     return None if verdict.kind == "warming-up" else verdict.text
