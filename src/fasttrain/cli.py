@@ -79,9 +79,28 @@ app = typer.Typer(
 )
 
 
+def version_text() -> str:
+    """`fasttrain 0.1.0 (Python 3.11.7)`: the installed package's version, read without importing torch."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        own = version("fasttrain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        own = "unknown (not installed: python -m pip install .)"
+    return f"fasttrain {own} (Python {platform.python_version()})"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                 help="Print fasttrain's version and exit."),
 ) -> None:
     if debug:
         os.environ["FASTTRAIN_DEBUG"] = "1"
