@@ -1,15 +1,10 @@
-"""The training loop the Plan drives: epochs of steps, validation, checkpoints, early stopping.
-
-`_train_pass` is the batch loop, on one screen; each batch is one call of the step engine (step.py), which
-returns what happened (StepOutcome). Data-wait is timed here, the copy and the compute by the engine (on CUDA
-with events read back once per *logged* step, step_report.py: one sync per log interval, never per step).
-Telemetry, the display and the run log are optional collaborators (events.Collaborators).
-
-A stop request (SIGTERM/SIGINT) is honoured once the optimizer step in flight has closed: a mid-epoch
-checkpoint, then `Interrupted`; the same checkpoint is written every `save_every_s` seconds
-(signals/stop_control.py). `restore()` continues a run at the batch after its checkpoint's.
-Under DDP (`dist`) the ranks agree on stops and saves, sum their metrics, and only rank 0 writes checkpoints.
-"""
+"""The training loop the Plan drives: epochs of steps, validation, checkpoints, early stopping. `_train_pass` is the
+batch loop, on one screen: each batch is one call of the step engine (step.py) -> StepOutcome; data-wait is timed
+here, copy and compute by the engine (CUDA events read back once per logged step, step_report.py). A stop request
+(SIGTERM/SIGINT) is honoured after the micro-step in flight (an open accumulation window is taken back and trained
+again after the resume; under DDP at the next optimizer step): a mid-epoch checkpoint, then `Interrupted`; the same
+checkpoint every `save_every_s` s (signals/stop_control.py). `restore()` continues at the batch after it. Under DDP
+the ranks agree on stops and saves and sum their metrics; only rank 0 writes checkpoints."""
 from __future__ import annotations
 
 import time
@@ -24,9 +19,9 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
 from fasttrain.train.loop.divergence import check as check_divergence
-from fasttrain.train.loop.epoch_sums import EpochSums
+from fasttrain.train.loop.epoch_sums import EpochSums, take_back
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
-from fasttrain.train.loop.step import StepEngine
+from fasttrain.train.loop.step import StepEngine, StepOutcome
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
 from fasttrain.train.loop.validation import evaluate
 from fasttrain.train.signals.stop_control import StopControl
@@ -121,8 +116,12 @@ class Trainer:
     def _train_pass(self, it: Iterator[Any], epoch: int, first: int, n: int, sums: EpochSums) -> None:
         """The batch loop: wait for a batch, step, add it up, check, report, stop or save between steps."""
         pending: list[PendingStep] = []
+        window: list[StepOutcome] = []  # the micro-steps of the accumulation window still open
         last_log = time.perf_counter()
         for i in range(first, n):
+            if window and self.control.stop_mid_window():  # within one micro-step: the open window is taken back
+                self.batch_in_epoch = i - take_back(window, sums, self.engine.optimizer)
+                self._stop_or_save(epoch, self.batch_in_epoch - 1, pending, sums)
             if self.options.before_step is not None:
                 self.options.before_step(i)
             waited_from = time.perf_counter()
@@ -141,6 +140,7 @@ class Trainer:
             if log_now:
                 self.reporter.flush(pending)
                 pending, last_log = [], time.perf_counter()
+            window = [] if out.closed else [*window, out]
             if out.closed and i + 1 < n:
                 self._stop_or_save(epoch, i, pending, sums)
         self.reporter.flush(pending)
