@@ -26,11 +26,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
 
 
+# pytest-xdist's workers run with COLUMNS=80; output off a terminal follows COLUMNS (core/console.py), so a test
+# that wants a width says so, and none inherits the runner's.
+TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
+
+
 @pytest.fixture(autouse=True)
 def _clean_fasttrain_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's FASTTRAIN_* overrides."""
+    """No test sees the developer's FASTTRAIN_* overrides, nor the runner's terminal size."""
     for name in list(os.environ):
-        if name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE":
+        if name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE" or name in TERMINAL_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
 
 
@@ -71,8 +76,10 @@ def cli(capsys: pytest.CaptureFixture[str]):
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This environment without FASTTRAIN_* settings (the shared cache stays), plus `extra`: for real children."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE"}
+    """This environment without FASTTRAIN_* settings (the shared cache stays) and the terminal size, plus `extra`:
+    for real children."""
+    env = {k: v for k, v in os.environ.items()
+           if (not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE") and k not in TERMINAL_SIZE_VARS}
     env.update(extra or {})
     return env
 

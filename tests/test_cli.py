@@ -11,7 +11,7 @@ from conftest import run_subprocess
 HEAVY = ("torch", "timm", "torchvision")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["profiles", "list"], ["profiles", "show", "aws-a10g"],
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["predict", "--help"], ["profiles", "list"], ["profiles", "show", "aws-a10g"],
                                   ["profiles", "validate", "cpu"]])
 def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
     code = ("import sys\nfrom fasttrain.cli import main\n"
@@ -158,3 +158,23 @@ def test_a_torchrun_worker_leaves_with_its_output_and_exit_handlers_but_no_teard
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "summary writtenexit handler ran\n"
+
+
+def test_version_names_the_installed_package() -> None:
+    """There was no `fasttrain --version` (issue 25)."""
+    from importlib.metadata import version
+    proc = run_subprocess("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith(f"fasttrain {version('fasttrain')} (Python ")
+
+
+def test_the_demo_has_one_timing_across_the_docs() -> None:
+    """README said 55 s and 3-3.5 min, docs/train.md 2.5 min (issue 25): both now cite the fresh-clone measurement
+    in docs/benchmarks.md, and the README says how to install fasttrain for use outside the clone."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    readme, train = (repo / "README.md").read_text(), (repo / "docs" / "train.md").read_text()
+    bench = (repo / "docs" / "benchmarks.md").read_text()
+    for text in (readme, train, bench):
+        assert "27 s" in text
+    assert "2.5 min" not in train and "3-3.5 min" not in readme and "python -m pip install ." in readme

@@ -49,7 +49,7 @@ def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001
     (["--data", "{tmp}/no-such-dir"], "no-such-dir"),
     (["--data", "{tmp}/empty"], "empty"),
     (["--model", "resnet_18"], "unknown model 'resnet_18'"),
-    (["--set", "loader.batchsize=8"], "did you mean 'batch_size'"),
+    (["--set", "loader.batchsize=8"], "did you mean 'loader.batch_size'"),
     (["--set", "loader.batch_size=-1"], "loader.batch_size"),
     (["--set", "nonsense"], "expected KEY=VALUE"),
     (["--epochs", "0"], "--epochs: must be at least 1"),
@@ -78,7 +78,7 @@ def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path:
                           cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\x1b" not in proc.stderr  # not a terminal: plain lines only
-    assert "summary:" in proc.stdout and "final_val_acc1" in proc.stdout
+    assert "summary (all of it" in proc.stdout and "accuracy         acc@1" in proc.stdout
     run = tmp_path / "runs" / "t1"
     assert {"last.pt", "best.pt", "epoch_0001.pt", "epoch_0002.pt", "metrics.jsonl", "profile.yaml",
             "summary.json"} <= {p.name for p in run.iterdir()}

@@ -84,9 +84,10 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
     assert lines[0].startswith("fasttrain: profile cpu | device cpu")
     assert any(ln.startswith("verdict: compute-bound: 90% of each step is compute") for ln in lines)
     # the epoch line shows the known columns; every telemetry_* total stays in metrics.jsonl
-    assert "epoch done: epoch 1 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
+    assert "epoch done: epoch 1/4 | train loss 0.42 | val loss 0.5 | acc@1 91.0% | time 0:00:30" in lines
     assert "checkpoint saved" in lines
-    assert lines[-3:] == ["  best_val_acc1: 91.0%", "  images_per_s: 640", "  run_dir: runs/x"]
+    assert lines[-3:] == ["  run folder       runs/x", "  accuracy         acc@1 - (best acc@1 91.0%)",
+                          "  TensorBoard      tensorboard --logdir runs/x/tb"]
 
 
 def test_plain_mode_pulls_from_telemetry_when_given_no_snapshot(plan) -> None:
@@ -119,7 +120,7 @@ def test_live_mode_renders_every_part(plan, report) -> None:
     for part in ("epoch 1/4", "50/100 50%", "run 12%", "10 it/s", "640 img/s", "ETA 0:00:35", "loss", "AMP scale",
                  "5.0 alloc / 6.0 rsvd / 7.0 peak GiB", "12%, 71 W", "host RAM", "data wait", "70%",
                  "compute", "30%", "measured", "forecast", "0.80x", "verdict: input-bound: 70% of each step waits",
-                 "epochs", "91.0%", "checkpoint saved", "summary", "best_val_acc1"):
+                 "epoch 1/4 | train loss 0.42", "91.0%", "checkpoint saved", "summary", "best acc@1 91.0%"):
         assert part in plain, part
 
 
@@ -159,7 +160,8 @@ def test_quiet_mode_prints_only_errors_and_the_summary(plan) -> None:
         dash.message("checkpoint saved")
         dash.message("loss is NaN", level="error")
         dash.close({"best_val_acc1": 0.9})
-    assert out.getvalue().splitlines() == ["error: loss is NaN", "summary:", "  best_val_acc1: 90.0%"]
+    assert out.getvalue().splitlines() == ["error: loss is NaN", "summary (all of it: summary.json in the run folder):",
+                                           "  accuracy         acc@1 - (best acc@1 90.0%)"]
 
 
 def test_measured_vs_forecast_ratio() -> None:
@@ -223,7 +225,7 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     assert [r["kind"] for r in records].count("epoch") == 2
     assert all("end_time" not in r for r in records)
     text = out.getvalue()
-    assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary:" in text
+    assert not ESC.search(text) and text.count("epoch done: epoch ") == 2 and "summary (all of it" in text
 
 
 def test_dashboard_is_a_train_listener(plan) -> None:
@@ -237,10 +239,10 @@ def test_dashboard_is_a_train_listener(plan) -> None:
         dash.on_step(StepEvent(StepRecord(0, 0, 0, 4, 8, 0.0, 0.0, 0.01), None))  # no telemetry: nothing to draw
         dash.on_epoch_end({"epoch": 1, "train_loss": 0.5})
         dash.on_message("careful", level="warning")
-        dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}, {"run_dir": "runs/x"}))
+        dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}))
     text = out.getvalue()
     assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
-    assert "run_dir: runs/x" in text and "history" not in text
+    assert "run folder       runs/x" in text and "history" not in text
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -262,14 +264,15 @@ def _live_text(plan, report, snap: dict, *, width: int, no_color: bool = False, 
     """One frame of the live screen, as a terminal of `width` columns shows it (escape codes removed)."""
     def console(buf: io.StringIO) -> Console:
         return Console(file=buf, force_terminal=True, width=width, no_color=no_color)
-    buf = io.StringIO()
-    with Dashboard(plan, total_batches=total_batches, epochs=epochs, mode="live", console=console(io.StringIO()),
+    buf, above = io.StringIO(), io.StringIO()
+    with Dashboard(plan, total_batches=total_batches, epochs=epochs, mode="live", console=console(above),
                    report=report, forecast=FORECAST, data_kind=data_kind) as dash:
         dash.update(snap, None)
         for row in rows:
             dash.epoch_end(row)
         console(buf).print(dash.render())
-    return ANSI.sub("", buf.getvalue())
+    epoch_lines = [ln for ln in ANSI.sub("", above.getvalue()).splitlines() if ln.startswith("epoch ") and " | " in ln]
+    return "\n".join(epoch_lines + [""]) + ANSI.sub("", buf.getvalue())
 
 
 def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> None:
@@ -278,12 +281,11 @@ def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> No
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert "…" not in text
-    header, progress = lines[0], lines[1]
+    epoch, header, progress = lines[0], lines[1], lines[2]
     assert header.startswith("fasttrain  profile cpu") and "bf16-mixed" in header and "1 worker" in header
     assert "ETA 0:00:25" in progress and "18,070 img/s" in progress
     assert "75.0 alloc / 78.0 rsvd / 77.0 peak of 80.0 GiB" in text
-    table = [line for line in lines if line.startswith("│")]
-    assert "0:00:30" in table[0] and "91.0%" in table[0] and "0.42" in table[0]
+    assert epoch.startswith("epoch 1/3 | train loss 0.42") and "0:00:30" in epoch and "91.0%" in epoch
 
 
 def test_live_progress_is_the_epochs_own_with_the_run_beside_it(plan, report) -> None:
@@ -334,3 +336,13 @@ def test_large_rates_read_with_separators() -> None:
         ("1,234", "999.9", "0.003", "-25,000")
     assert (plural(1, "worker"), plural(2, "worker"), plural(0, "warning"), plural(1, "class", "classes"),
             plural(3, "class", "classes")) == ("1 worker", "2 workers", "0 warnings", "1 class", "3 classes")
+
+
+def test_live_progress_says_validating_between_the_last_batch_and_the_epoch_line(plan, report) -> None:
+    """Validation showed the finished epoch's bar with `ETA 0:00:00` and nothing moving."""
+    snap = {"epoch": 0, "batch_index": 99, "batches_in_epoch": 100, "step_time_s": 0.1, "it_per_s": 10.0,
+            "images_per_s": 640.0}
+    progress = _live_text(plan, report, snap, width=80, rows=()).splitlines()[1]
+    assert progress.startswith("epoch 1/3 ") and "100/100 100%" in progress and progress.endswith("validating")
+    after = _live_text(plan, report, snap, width=80, rows=(FULL_ROW,)).splitlines()
+    assert "validating" not in after[2] and "ETA" in after[2]

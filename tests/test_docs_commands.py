@@ -178,6 +178,8 @@ def prepare(cmd: DocCommand, words: list[str], cwd: Path, fx: Fixtures, written:
             target = cwd / ("runs/base" if word == "auto" else word)
             if not target.exists():
                 shutil.copytree(fx.base_run(), target)
+        elif subcommand(words) == "predict" and word.startswith("runs/") and not (cwd / word).exists():
+            shutil.copytree(fx.base_run(), cwd / word)  # a stopped run also writes its model files
         elif word.startswith("runs/bench-speedups") and not (cwd / word).exists():
             shutil.copytree(fx.speedups_result(), cwd / word)
         elif word.endswith((".yaml", ".yml")) and prev != "--write-profile" and word not in written \
@@ -243,7 +245,7 @@ def test_doc_command_runs(cmd: DocCommand, fixtures: Fixtures, tmp_path: Path) -
         what = (f"{cmd.where}: `{cmd.text}`\n  ran: {' '.join(outcome.argv)} ({outcome.seconds:.1f} s)\n"
                 f"  output (last lines):\n{_tail(outcome.out)}")
         assert "Traceback" not in outcome.out, f"a traceback\n{what}"
-        if outcome.capped and sub == "train" and outcome.code == 0 and "\nsummary:" in outcome.out:
+        if outcome.capped and sub == "train" and outcome.code == 0 and "\nsummary (" in outcome.out:
             continue               # the run finished just as the test's SIGTERM arrived: a complete run, exit 0
         if outcome.capped:
             progress = PROGRESS.get(sub)

@@ -93,12 +93,12 @@ def test_the_notebook_walkthrough_runs_in_a_real_kernel(tmp_path: Path) -> None:
     assert len(shown) == 1, [o.output_type for o in train.outputs]  # one output, redrawn in place
     assert client.updates.get(nb.cells.index(train), 0) >= 2
     final = _text(shown[0])
-    assert "epoch 1/1" in final and "verdict:" in final and "summary" in final and "best_val_acc1" in final
+    assert "epoch 1/1" in final and "verdict:" in final and "summary" in final and "best acc@1" in final
     assert "<pre" in shown[0]["data"]["text/html"]
 
     table = cell("print(summary.best_val_acc1").outputs
-    assert any(o.output_type == "execute_result" and "best_val_acc1" in o["data"].get("text/html", "")
-               for o in table)
+    assert any(o.output_type == "execute_result" and "best acc@1" in o["data"].get("text/html", "")
+               and "epoch 1/1" in o["data"].get("text/html", "") for o in table)  # the epoch lines, then the end
 
     resumed = "".join(_text(o) for o in cell("!fasttrain train --resume").outputs)
     assert "resumed from" in resumed and "Traceback" not in resumed, resumed[-2000:]

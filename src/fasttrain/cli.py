@@ -26,6 +26,11 @@ from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.commands.options import click_exceptions
 
 
+# What an option's value is, in the words a help text uses (Typer would show `<int>`, `<path>`, `<list[str]>`).
+_PLAIN_METAVARS = {"<int>": "N", "<float>": "X", "<str>": "TEXT", "<path>": "PATH", "<list[str]>": "TEXT",
+                   "<int range>": "N", "<float range>": "X"}
+
+
 def _show_flags_as_flags(command: object) -> None:
     """A boolean flag (--dry-run, --json, --help) takes no value: give it an empty metavar so the help shows no
     `<bool>` beside it (Typer would, inviting `--dry-run true`, which is refused). Recurses into groups."""
@@ -39,6 +44,12 @@ def _show_flags_as_flags(command: object) -> None:
     for param in params + ([help_option] if help_option is not None else []):
         if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
             param.metavar = ""
+        elif getattr(param, "metavar", "") is None and getattr(param, "opts", None):  # `<int>` -> `N`
+            try:
+                shown = param.display_type(Context(command))
+            except Exception:  # noqa: BLE001 - as above
+                continue
+            param.metavar = _PLAIN_METAVARS.get(shown)
     for sub in (getattr(command, "commands", None) or {}).values():
         _show_flags_as_flags(sub)
 
@@ -61,17 +72,36 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="fasttrain",
     cls=_Group,
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, bench.",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, predict, bench.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # click's help layout: at 80 columns Rich's boxes squeezed descriptions to ~23 characters
 )
+
+
+def version_text() -> str:
+    """`fasttrain 0.1.0 (Python 3.11.7)`: the installed package's version, read without importing torch."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        own = version("fasttrain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        own = "unknown (not installed: python -m pip install .)"
+    return f"fasttrain {own} (Python {platform.python_version()})"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                 help="Print fasttrain's version and exit."),
 ) -> None:
     if debug:
         os.environ["FASTTRAIN_DEBUG"] = "1"
@@ -87,6 +117,7 @@ def _register() -> None:
     from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
     from fasttrain.commands import bench; bench.register(app)  # noqa: E702
     from fasttrain.commands import data; data.register(app)  # noqa: E702
+    from fasttrain.commands import predict; predict.register(app)  # noqa: E702
 
 
 _register()

@@ -92,15 +92,16 @@ class RunSummary(Shown):
         return list(self.summary.get("history") or [])
 
     def draw(self, console: Console) -> None:
+        """One line per epoch (as the run printed them), then the end of the run (ui/ending.py's rows)."""
         from fasttrain.core.given import is_given
-        from fasttrain.train.run.summary import highlights
-        from fasttrain.ui.dashboard_view import epoch_table
+        from fasttrain.ui.dashboard_format import epoch_line
         from fasttrain.ui.notebook import summary_table
         data = str(self.summary.get("data", ""))
         kind = "custom" if is_given(data) or ":" in data else "images"
-        if self.history:
-            console.print(epoch_table(self.history, width=console.width, data_kind=kind))
-        console.print(summary_table(highlights(self.summary)))
+        epochs = max(len(self.history), int(self.summary.get("epochs_run") or 0))
+        for row in self.history:
+            console.print(epoch_line(row, epochs, console.width, kind), markup=False, highlight=False)
+        console.print(summary_table(self.summary))
 
     def __repr__(self) -> str:
         return (f"RunSummary(run_dir={str(self.run_dir)!r}, epochs_run={self.epochs_run}, "

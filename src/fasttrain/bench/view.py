@@ -23,6 +23,24 @@ def bar(value: float, top: float, width: int = 16) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
+# bench loader's columns left out first when the table is wider than the terminal (the result file keeps them all):
+# the bar, then the RSS sum, the spread of the rounds, the start-up time.
+LOADER_DROP_ORDER = (4, 6, 3, 7)
+
+
+def fitting_columns(headers: list[str], rows: list[list[str]], width: int, drop_order: tuple[int, ...]) -> list[int]:
+    """Indices of the columns to show: all of them, less those in `drop_order` (first first) until every cell fits
+    whole in `width` (a heavy-box table: 3 cells of border and padding per column, 1 at the end). Pure."""
+    keep = list(range(len(headers)))
+    def needed() -> int:
+        return sum(max([len(r[i]) for r in rows] + [len(w) for w in headers[i].split()] + [1]) + 3 for i in keep) + 1
+    for index in drop_order:
+        if needed() <= width:
+            break
+        keep.remove(index)
+    return keep
+
+
 def render_speedups(result: dict[str, Any], path: Path, out: Console) -> None:
     """`bench speedups`: one row per setting, measured against the notes' claims."""
     from rich.table import Table
@@ -86,18 +104,23 @@ def render_loader(result: dict[str, Any], points: list[Point], knee: Point, choi
     top = max(p.images_per_s for p in points)
     table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
                         f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
-    for col, justify in (("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"),
-                         ("", "left"),
-                         ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")):
-        table.add_column(col, justify=justify)
+    columns = [("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"), ("", "left"),
+               ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")]
+    rows = []
     for p in points:
         key = (p.workers, p.prefetch)
         mark = ", ".join(word for word, at in (("knee", (knee.workers, knee.prefetch)),
                                                ("recommended", (choice.workers, choice.prefetch))) if at == key)
         spread = f"{p.images_per_s_low:.0f}-{p.images_per_s_high:.0f}" if p.images_per_s_low is not None else ""
-        table.add_row(str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
-                      bar(p.images_per_s, top),
-                      fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s", mark)
+        rows.append([str(p.workers), str(p.prefetch or "-"), f"{p.images_per_s:.0f}", spread,
+                     bar(p.images_per_s, top), fmt_bytes(p.ram_bytes), fmt_bytes(p.rss_bytes), f"{p.startup_s:.2f} s",
+                     mark])
+    keep = fitting_columns([name for name, _ in columns], rows, out.width, LOADER_DROP_ORDER)
+    for i in keep:  # every cell whole: a column that does not fit is left out, never cut to `worke…`
+        width = max([len(r[i]) for r in rows] + [len(w) for w in columns[i][0].split()])
+        table.add_column(columns[i][0], justify=columns[i][1], no_wrap=True, min_width=width)
+    for r in rows:
+        table.add_row(*(r[i] for i in keep))
     out.print(table)
     out.print(f"knee: {knee.workers} workers reach {knee.images_per_s:.0f} img/s, "
               f"{knee.images_per_s / top:.0%} of the best ({top:.0f}); more workers stop helping beyond it")

@@ -65,9 +65,32 @@ BATCH_SIZE_HELP = ("Per-device batch: a number, or auto (the largest that runs a
                    "accumulation keeping the profile's effective batch). Default: the profile's.")
 
 
+# Offered by shell completion for --model beside the built-in net (timm's full list would import torch on a TAB).
+COMPLETED_MODELS = ("tiny_cnn", "resnet18", "resnet50", "efficientnet_b0", "mobilenetv3_large_100", "convnext_tiny",
+                    "vit_small_patch16_224")
+
+
+def complete_profile(incomplete: str) -> list[str]:
+    """Preset names and the profile files here, for a TAB after --profile (no torch: YAML names only)."""
+    from fasttrain.profiles.files import preset_names
+    files = [p.name for p in Path(".").glob("*.y*ml") if p.suffix in (".yaml", ".yml")]
+    return [n for n in [*preset_names(), *sorted(files)] if n.startswith(incomplete)]
+
+
+def complete_model(incomplete: str) -> list[str]:
+    return [n for n in COMPLETED_MODELS if n.startswith(incomplete)]
+
+
+def complete_set(incomplete: str) -> list[str]:
+    """Every profile key as `section.key=`, for a TAB after --set."""
+    from fasttrain.profiles.schema import all_dotted_keys
+    return [f"{k}=" for k in all_dotted_keys() if f"{k}=".startswith(incomplete)]
+
+
 def profile_option(help: str = PROFILE_HELP) -> Any:
     """--profile/-p NAME|FILE (default None: the preset that fits this machine); an empty value is refused."""
-    return typer.Option(None, "--profile", "-p", metavar="NAME|FILE", help=help, callback=_profile_callback)
+    return typer.Option(None, "--profile", "-p", metavar="NAME|FILE", help=help, callback=_profile_callback,
+                        autocompletion=complete_profile)
 
 
 def _profile_callback(value: str | None) -> str | None:
@@ -81,8 +104,8 @@ def _profile_callback(value: str | None) -> str | None:
 
 def set_option() -> Any:
     """--set KEY=VALUE, repeatable (default None: no overrides)."""
-    return typer.Option(None, "--set", help="Override a profile value, e.g. --set loader.batch_size=128 "
-                                            "(repeatable).")
+    return typer.Option(None, "--set", metavar="KEY=VALUE", autocompletion=complete_set,
+                        help="Override a profile value, e.g. --set loader.batch_size=128 (repeatable).")
 
 
 def json_option(help: str = JSON_HELP) -> Any:
@@ -92,7 +115,8 @@ def json_option(help: str = JSON_HELP) -> Any:
 
 def model_option(default: str | EllipsisType | None, help: str = MODEL_HELP) -> Any:
     """--model/-m NAME|module:callable; `default` is ... where the command needs one. Empty or blank: exit 2."""
-    return typer.Option(default, "--model", "-m", metavar="NAME|module:callable", help=help, callback=_model_callback)
+    return typer.Option(default, "--model", "-m", metavar="NAME|module:callable", help=help, callback=_model_callback,
+                        autocompletion=complete_model)
 
 
 def _model_callback(value: str | None) -> str | None:

@@ -41,6 +41,9 @@ def train_cmd(
                                     "(never downloads)."),
     seed: int = options.seed_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the final summary."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every note on how the run works (threads, "
+                                 "allocator, input path, tuning) before the first step; they are in summary.json "
+                                 "either way."),
     as_json: bool = options.json_option(help="Print the plan (--dry-run) or the final summary as JSON; "
                                         "progress goes to stderr."),
     image_size: Optional[int] = options.image_size_option(),
@@ -100,7 +103,7 @@ def train_cmd(
 
     args = TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
-                               seed=seed, quiet=quiet, json=as_json, image_size=image_size,
+                               seed=seed, quiet=quiet, verbose=verbose, json=as_json, image_size=image_size,
                                num_classes=num_classes, save_every=save_every, strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=parse_batch_size(batch_size) if batch_size is not None else None,

@@ -27,11 +27,21 @@ def in_notebook_cell() -> bool:
     return "JPY_PARENT_PID" in os.environ or "backend_inline" in os.environ.get("MPLBACKEND", "")
 
 
+# Off a terminal, tables are laid out this wide unless COLUMNS says otherwise (a log or CI page is wider than 80).
+PLAIN_WIDTH = 120
+
+
+def plain_width() -> int:
+    """The width of output off a terminal: $COLUMNS when it is a positive number, else PLAIN_WIDTH."""
+    value = os.environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else PLAIN_WIDTH
+
+
 def console() -> Console:
     """Rich on a terminal; plain text (no escape codes) when piped, in CI or in tests."""
     tty = is_tty()
     return Console(force_terminal=tty, no_color=not tty, highlight=False, soft_wrap=not tty,
-                   width=None if tty else 120)
+                   width=None if tty else plain_width())
 
 
 def print_json(data: Any) -> None:

@@ -5,10 +5,17 @@ import difflib
 from collections.abc import Iterable
 
 
+# Letters typed for the digits they look like: `efficientnet_bo` is efficientnet_b0, not b8 (difflib ties them).
+_LOOKALIKE = str.maketrans({"o": "0", "l": "1", "i": "1", "s": "5", "z": "2"})
+
+
 def close_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
     choices = list(choices)
     lowered = {c.lower(): c for c in choices}
-    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=cutoff)
+    same_look = [c for c in lowered if c.translate(_LOOKALIKE) == word.lower().translate(_LOOKALIKE)]
+    hits = same_look + [h for h in difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=cutoff)
+                        if h not in same_look]
+    hits = hits[:n]
     # Substring hits help with names like "resnet" -> "resnet18", which difflib ranks low.
     if len(hits) < n:
         for low, _orig in lowered.items():

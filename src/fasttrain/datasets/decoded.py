@@ -100,6 +100,8 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
 
     sizes = torch.ones(len(samples), 2, dtype=torch.int32)
     bad: dict[int, str] = {}
+    if not samples:  # nothing to decode (an empty split): it fits, and max() of nothing is an error
+        return sizes, bad
     for i, (path, _) in enumerate(samples):
         try:
             with Image.open(path) as img:

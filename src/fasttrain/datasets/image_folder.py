@@ -103,4 +103,8 @@ def split_by_fraction(files: dict[str, list[str]], classes: list[str], *, seed: 
         chosen = set(order[:n_val].tolist())
         for i, path in enumerate(paths):
             (val if i in chosen else train).append((path, index))
+    if not val:  # every class has one image: none can be spared for validation, and a run would check nothing
+        raise UserError([Problem("--data", f"every class has a single image ({len(train):,} images in all): none is "
+                                 "left to validate on", "put at least 2 images in a class (one goes to validation), "
+                                 "or give train/ and val/ folders")])
     return train, val

@@ -23,7 +23,6 @@ from fasttrain.doctor.findings import Context, Finding
 from fasttrain.doctor.session import rule_session_limit
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import Profile
-from fasttrain.hardware.report import HardwareReport
 
 Rule = Callable[[Context], "Finding | None"]
 
@@ -38,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     h.rule_profile_machine,
     h.rule_bf16,
     h.rule_compile,
+    h.rule_busy_cpu,
     h.rule_workers_vs_cores,
     h.rule_loader_ram,
     h.rule_shm,

@@ -87,6 +87,26 @@ def rule_workers_vs_cores(c: Context) -> Finding | None:
     return Finding("workers", "ok", f"{plural(workers, 'worker')} for {plural(cores, 'core')}", detail)
 
 
+# A 1-minute load of half the cores or more is other work a run would share the CPU with (doctor itself has only
+# just started, so the average is mostly others'): on 2 cores, load 1.47 left a run 35x slower (issue 25).
+BUSY_LOAD_SHARE = 0.5
+
+
+def rule_busy_cpu(c: Context) -> Finding | None:
+    """Other work on the CPU now: every figure a run or a bench measures here is then the machine's, not its own."""
+    load, cores = c.report.cpu.load_1m, c.report.cores
+    if load is None:
+        return None
+    if load < BUSY_LOAD_SHARE * cores:
+        return Finding("busy-cpu", "ok", f"CPU quiet: load {load:.2f} on {plural(cores, 'core')}")
+    slower = (load + cores) / cores  # a run with a thread per core gets about cores / (load + cores) of them
+    return Finding("busy-cpu", "warn", f"CPU busy: load {load:.2f} on {plural(cores, 'core')}",
+                   f"other processes keep about {min(load, cores):.1f} cores busy: a run here gets about "
+                   f"1/{slower:.1f} of the CPU, {slower:.1f}x slower or more (threads that wait on each other lose "
+                   "more), and what train, bench and estimate --measure time is the machine's, not the run's",
+                   "stop the other work (`top` shows it), or measure when the machine is quiet")
+
+
 def rule_bf16(c: Context) -> Finding | None:
     p, r = c.profile, c.report
     if p is None or p.speed.precision != "bf16-mixed":

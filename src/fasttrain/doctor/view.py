@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from fasttrain.doctor.gpu import cudnn_text
 from fasttrain.doctor.findings import Finding
@@ -25,7 +27,7 @@ STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("F
 def _kv_table() -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column("what", style="cyan", no_wrap=True)
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long path folds onto the next line, never cut to `…`
     return table
 
 
@@ -101,7 +103,13 @@ def findings_panel(findings: list[Finding], label: str) -> Panel:
         if f.fix and f.status != "ok":
             body += f"\n  fix: {f.fix}"
         t.add_row(f"[{style}]{word}[/]", body)
-    return Panel(t, title=f"findings (profile: {label})", title_align="left")
+    # The title holds the profile's name only: a panel's title is cut to its width (at 80 columns the label's
+    # reason became `findings (profile: cpu (best match; `train` uses it wh...`); the reason is the first line.
+    name, _, why = label.partition(" (")
+    if why:
+        return Panel(Group(Text(f"profile {name}: {why.removesuffix(')')}", style="dim"), t),
+                     title=f"findings (profile {name})", title_align="left")
+    return Panel(t, title=f"findings (profile {label})", title_align="left")
 
 
 def recommendation_panel(rec: Recommendation, written: Path | None) -> Panel:

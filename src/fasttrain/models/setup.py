@@ -128,7 +128,7 @@ class CompileGuard:
             if self.not_compilers(exc):
                 raise
             self.fall_back(exc)
-            return self.eager(*args)
+        return self.eager(*args)  # outside the handler: the failed attempt's frames and tensors are gone by now
 
     def verified(self) -> None:
         """The first full step (forward and backward) in this mode worked compiled (a step that ran eager for its
@@ -149,7 +149,25 @@ class CompileGuard:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         self.fallback_reason = f"{type(exc).__name__}: {first}"
         self.compiled = None
+        release_failed_compile(exc)
         self.warn(f"torch.compile (mode {self.mode}) failed, training eager instead: {self.fallback_reason}")
+
+
+def release_failed_compile(exc: BaseException) -> None:
+    """Free what a failed torch.compile still holds before the eager run starts: the traceback's frames (the
+    aborted forward's activations: on a CPU they live in the same RAM the eager step needs next, and a run of
+    resnet50 on 24 GB was killed by the kernel right after a CppCompileError), dynamo's compiled graphs and
+    caches, and the garbage cycles they leave."""
+    import gc
+
+    for link in (exc, exc.__cause__, exc.__context__):
+        if link is not None:
+            link.__traceback__ = None
+    try:
+        torch.compiler.reset()  # the public name of dynamo's reset (torch >= 2.1)
+    except Exception:  # noqa: BLE001 - a torch without it: the rest still frees the frames
+        pass
+    gc.collect()
 
 
 def prepare_model(model: nn.Module, plan: Plan, *, activation_checkpointing: bool, warn: Callable[[str], None],

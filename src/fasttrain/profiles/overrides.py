@@ -33,6 +33,8 @@ def check_key(dotted: str) -> str | None:
     """Why `dotted` cannot be a profile key (None when it can): SECTION.KEY or a top-level key."""
     if not dotted:
         return "empty key"
+    if dotted == "extends":  # read from a profile file only: as an override it would change nothing
+        return "extends is read from a profile file only, not here; use --profile NAME, or a file with `extends: NAME`"
     parts = dotted.split(".")
     if "" in parts:
         return "empty part in the key (a leading, trailing or doubled '.')"

@@ -21,12 +21,14 @@ def problem_from_pydantic(err: Mapping[str, Any], provenance: Mapping[str, str])
     if kind == "extra_forbidden":
         section = loc[0] if len(loc) > 1 and loc[0] in SECTIONS else None
         key = loc[-1]
-        hint = did_you_mean(key, known_keys(section))
+        # the full key, as it is typed after --set or in a file's section: `loader.batch_size`, not `batch_size`
+        typed_whole = bool(source) and source.startswith(("--set", "env"))  # `--set loader.batch_size=`, not a file
+        hint = did_you_mean(key, [f"{section}.{k}" if section and typed_whole else k for k in known_keys(section)])
         if not hint:
             homes = [k for k in all_dotted_keys() if k.endswith(f".{key}")]
-            hint = f"it belongs under {homes[0].split('.')[0]}:" if homes else ""
+            hint = f"it belongs under {homes[0].split('.')[0]}: ({homes[0]})" if homes else ""
         allowed = ", ".join(known_keys(section))
-        return Problem(where, "unknown key", hint or f"known keys here: {allowed}")
+        return Problem(where, "unknown key", hint or f"known keys here: {allowed}", value)
     if kind == "literal_error":
         allowed = err.get("ctx", {}).get("expected", "")
         choices = [c.strip(" '") for c in allowed.replace(" or ", ",").split(",") if c.strip(" '")]

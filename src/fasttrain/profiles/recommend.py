@@ -256,10 +256,18 @@ def _measured(rec: Recommendation, measured: list[Measurement]) -> None:
     fused = advise("fused_optimizer", True, measured)
     if fused.measured is not None:
         rec.set("speed.fused_optimizer", fused.suggest, fused.text)
-    for m in measured:
-        line = "measured here: " + describe(m)
-        if line not in rec.notes:
-            rec.notes.append(line)
+    newest: dict[tuple[str, str, str], Measurement] = {}
+    for m in measured:  # oldest first: the newest of each setting, value and what it was measured on stays
+        newest[(m.setting, str(m.value), m.on)] = m
+    shown = sorted(newest.values(), key=lambda m: m.date, reverse=True)
+    for m in shown[:MAX_MEASURED_NOTES]:
+        rec.notes.append("measured here: " + describe(m))
+    if len(shown) > MAX_MEASURED_NOTES:
+        rec.notes.append(f"... and {len(shown) - MAX_MEASURED_NOTES} older measurements here (tuning.json in the "
+                         "fasttrain cache)")
+
+
+MAX_MEASURED_NOTES = 5  # listed newest first: past a handful they bury the recommendation (17 did, issue 25)
 
 
 def recommend(report: HardwareReport, measured: list[Measurement] | None = None) -> Recommendation:

@@ -70,13 +70,23 @@ def render_list(rows: list[dict[str, Any]], broken: list[dict[str, Any]], out: C
     from rich.table import Table
 
     table = Table(title="fasttrain presets", title_justify="left")
-    for col in ("name", "GPU", "VRAM", "batch", "workers", "precision", "effective batch", "scaled LR"):
-        table.add_column(col, justify="right" if col not in ("name", "GPU", "precision") else "left")
+    cells = []
     for r in rows:
         vram = f"{r['vram_gb']:g} GB" if r["vram_gb"] else "-"
         batch = f"{r['batch_size']}" + (f" x{r['accumulation_steps']}" if r["accumulation_steps"] > 1 else "")
-        table.add_row(r["name"], r["gpu"], vram, batch, str(r["num_workers"]), r["precision"],
-                      str(r["effective_batch"]), f"{r['scaled_lr']:.4g}")
+        cells.append((r["name"], r["gpu"], vram, batch, str(r["num_workers"]), r["precision"],
+                      str(r["effective_batch"]), f"{r['scaled_lr']:.4g}"))
+    # Every column but the GPU's is typed or read whole (`kaggle-t4`, `fp16-mixed`): it keeps its widest cell and
+    # header word, so at 80 columns the GPU's name wraps instead of the rest being cut to `kaggle-…`.
+    for i, col in enumerate(("name", "GPU", "VRAM", "batch", "workers", "precision", "eff.\nbatch",
+                             "scaled\nLR")):
+        whole = col != "GPU"
+        words = [len(w) for c in cells for w in c[i].split()] if not whole else [len(c[i]) for c in cells]
+        width = max([len(c[i]) for c in cells] + [len(w) for w in col.split()]) if whole else max(words + [3])
+        table.add_column(col, justify="right" if col not in ("name", "GPU", "precision") else "left",
+                         no_wrap=whole, min_width=width)
+    for row in cells:
+        table.add_row(*row)
     out.print(table)
     out.print("Details: fasttrain profiles show NAME   Your own: a YAML file with `extends: NAME`.")
     for b in broken:

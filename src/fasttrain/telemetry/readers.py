@@ -36,6 +36,21 @@ def host_sample() -> dict[str, Any]:
 _PAGE = None
 
 
+def tree_pids() -> list[int]:
+    """This process and its direct children (DataLoader workers), from /proc (Linux; only this one elsewhere)."""
+    import glob
+    import os
+
+    pids = [os.getpid()]
+    for path in glob.glob("/proc/self/task/*/children"):
+        try:
+            with open(path) as fh:
+                pids += [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):  # the thread exited meanwhile
+            continue
+    return pids
+
+
 def tree_rss_bytes() -> int | None:
     """RSS of this process and its direct children (DataLoader workers), from /proc (Linux).
 
@@ -45,15 +60,11 @@ def tree_rss_bytes() -> int | None:
     """
     global _PAGE
     try:
-        import glob
         import os
 
         if _PAGE is None:
             _PAGE = os.sysconf("SC_PAGE_SIZE")
-        pids = [str(os.getpid())]
-        for path in glob.glob("/proc/self/task/*/children"):
-            with open(path) as fh:
-                pids += fh.read().split()
+        pids = tree_pids()
         total = 0
         for pid in pids:
             try:
@@ -161,6 +172,7 @@ class GpuReader:
                 out["gpu_mem_total_bytes"] = int(nv.nvmlDeviceGetMemoryInfo(self._handle).total)
             except Exception:  # noqa: BLE001
                 pass
+            out.update(other_processes(nv, self._handle))
         return out
 
     def close(self) -> None:
@@ -172,3 +184,19 @@ class GpuReader:
             self._nvml = None
             self._handle = None
         self._opened = False  # a later start() opens NVML again
+
+
+def other_processes(nv: Any, handle: Any) -> dict[str, Any]:
+    """`gpu_other_processes`: compute and graphics processes on the GPU other than this run's (NVML), or {}."""
+    import os
+
+    ours = set(tree_pids()) | {os.getppid()}
+    pids: set[int] = set()
+    for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            pids |= {int(p.pid) for p in getattr(nv, query)(handle)}
+        except Exception:  # noqa: BLE001 - not supported in a container without the host's PID namespace
+            continue
+    if not pids & ours:  # NVML lists host PIDs: in a container this run is not among them, so nothing is known
+        return {}
+    return {"gpu_other_processes": len(pids - ours)}

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fasttrain.telemetry.readers import GpuReader, host_sample
+from fasttrain.telemetry.contention import HostReader
+from fasttrain.telemetry.readers import GpuReader
 from fasttrain.telemetry.stats import epoch_totals, time_split, window_rates
 
 # Steps kept in the rolling window: ~a few seconds of training at typical step times, enough to
@@ -72,7 +73,7 @@ class Telemetry:
         self.sample_interval_s = sample_interval_s
         self._clock = clock
         self._gpu = gpu_reader if gpu_reader is not None else GpuReader(device, gpu_index)
-        self._host = host_reader or host_sample
+        self._host = host_reader or HostReader()  # host RAM and RSS, the CPU others take (contention.py)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -17,6 +17,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.telemetry.contention import busy_text
 from fasttrain.tuning.advice import advise
 from fasttrain.tuning.store import SettingValue
 from fasttrain.tuning.store import Measurement
@@ -45,11 +46,16 @@ IN_MEMORY_WAIT = ("the data are made in the training process (images decoded onc
                   "--set loader.decode_once=false to decode in loader workers instead")
 # PyTorch's own default when prefetch_factor is not set.
 TORCH_DEFAULT_PREFETCH = 2
+# torch.compile is suggested only to a run long enough to repay it: it cost about 50 s up front for a 1.3-1.5x
+# faster step on the CPU (profiles/builtin/cpu.yaml's header, benchmarks/cpu_settings.py); the same order on a GPU.
+# A run shorter than COMPILE_COST_S / (1 - 1 / COMPILE_GAIN) (~3.6 min) would lose time to it.
+COMPILE_COST_S = 50.0
+COMPILE_GAIN = 1.3
 
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str   # "warming-up" | "input-bound" | "transfer-bound" | "host-bound" | "compute-bound"
+    kind: str   # "warming-up" | "busy-machine" | "input-bound" | "transfer-bound" | "host-bound" | "compute-bound"
     text: str
     suggested_workers: int | None = None
     ram_allows_workers: int | None = None
@@ -57,17 +63,18 @@ class Verdict:
 
 
 def diagnose(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
-             measured: Sequence[Measurement] = (), input_gain: str | None = None) -> str:
+             measured: Sequence[Measurement] = (), input_gain: str | None = None, run_s: float | None = None) -> str:
     """The verdict as one sentence, e.g. 'input-bound: 61% of each step waits for data; raise ...'."""
-    return assess(snapshot, plan, report, measured, input_gain).text
+    return assess(snapshot, plan, report, measured, input_gain, run_s).text
 
 
 def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None = None,
-           measured: Sequence[Measurement] = (), input_gain: str | None = None) -> Verdict:
+           measured: Sequence[Measurement] = (), input_gain: str | None = None, run_s: float | None = None) -> Verdict:
     """`measured`: what was measured on this machine (tuning/store.py): a setting measured slower here is never
     suggested, and a suggestion names its measurement or says it is unmeasured (tuning/advice.py).
     input_gain: what prepared shards measured on this data (datasets/measured.gain_sentence), "" when the run
-    already reads prepared shards, None when unknown."""
+    already reads prepared shards, None when unknown. run_s: the whole run's training time (seconds) where known:
+    a run too short to repay torch.compile is not told to compile."""
     seen = snapshot.get("steps_seen") or 0
     window = snapshot.get("window_steps") or 0
     wait = snapshot.get("data_wait_fraction")
@@ -76,6 +83,9 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
     if seen < WARMUP_STEPS or window < MIN_WINDOW_STEPS or wait is None or h2d is None or compute is None:
         return Verdict("warming-up", f"warming up: {seen} of {WARMUP_STEPS} steps measured (the first steps include "
                                      "worker start-up, autotuning and compilation)")
+    busy = busy_text(snapshot, report.cores if report is not None else None, planned_cores(plan, report))
+    if busy is not None:  # a competitor slows every part of the step alike: the split below would not show it
+        return Verdict("busy-machine", busy)
     util = snapshot.get("gpu_util_pct")
     low_util = util is not None and util < LOW_GPU_UTIL_PCT
     if wait >= INPUT_BOUND_FRACTION or (low_util and wait >= INPUT_BOUND_FRACTION_LOW_UTIL):
@@ -86,7 +96,16 @@ def assess(snapshot: dict[str, Any], plan: Plan, report: HardwareReport | None =
         return Verdict("host-bound", f"host-bound: the GPU is busy only {util:.0f}% although data arrives in time; "
                                      "the Python side cannot queue work fast enough -- raise loader.batch_size or "
                                      "use speed.compile=true with compile_mode=reduce-overhead (CUDA graphs)")
-    return _compute_bound(compute, plan, report, measured)
+    return _compute_bound(compute, plan, report, measured, run_s)
+
+
+def planned_cores(plan: Plan, report: HardwareReport | None) -> float | None:
+    """The cores' worth a run is planned to keep busy: on the CPU its compute threads and loader workers, on a
+    GPU one core to launch work plus the workers; at most the machine's cores."""
+    if report is None:
+        return None
+    threads = (plan.cpu_threads or max(1, report.cores - plan.workers)) if plan.device == "cpu" else 1
+    return float(min(report.cores, threads + plan.workers))
 
 
 def workers_needed(current_workers: int, wait_fraction: float) -> int:
@@ -222,10 +241,16 @@ def _candidates(plan: Plan, report: HardwareReport | None) -> list[str]:
     return out
 
 
+def compile_repays(run_s: float | None) -> bool:
+    """Whether a run of `run_s` seconds (None: unknown) saves more than torch.compile costs up front. Pure."""
+    return run_s is None or run_s * (1 - 1 / COMPILE_GAIN) > COMPILE_COST_S
+
+
 def _compute_bound(compute: float, plan: Plan, report: HardwareReport | None,
-                   measured: Sequence[Measurement] = ()) -> Verdict:
+                   measured: Sequence[Measurement] = (), run_s: float | None = None) -> Verdict:
     head = f"compute-bound: {compute:.0%} of each step is compute, the input pipeline keeps up"
-    todo = untapped_speedups(plan, report, measured)
+    todo = [t for t in untapped_speedups(plan, report, measured)
+            if t != "speed.compile=true" or compile_repays(run_s)]
     if todo:
         return Verdict("compute-bound", f"{head}; still off here: " +
                        ", ".join(suggestion_text(t, measured) for t in todo))

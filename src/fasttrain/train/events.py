@@ -32,10 +32,9 @@ class StepEvent:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """The finished (or stopped) run: the whole summary (summary.json) and the part worth printing."""
+    """The finished (or stopped) run: the whole summary (summary.json); ui/ending.py says what of it is printed."""
 
     summary: dict[str, Any]
-    highlights: dict[str, Any]
 
 
 @runtime_checkable

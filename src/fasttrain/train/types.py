@@ -83,6 +83,7 @@ class TrainArgs:
     pretrained: bool = False
     seed: int = 0
     quiet: bool = False
+    verbose: bool = False                # --verbose: every note of the run's opening, not only what to know
     json: bool = False
     image_size: int | None = None
     num_classes: int | None = None

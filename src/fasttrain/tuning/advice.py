@@ -33,7 +33,8 @@ def describe(m: Measurement) -> str:
     label = LABELS.get(m.setting, m.setting)
     value = "" if m.value is True else f"={m.value}"
     detail = f"; {m.detail}" if m.detail else ""
-    return f"{label}{value}: {m.ratio:.2f}x here ({m.source}, {m.date}{detail})"
+    on = f" on {m.on}" if m.on else ""
+    return f"{label}{value}: {m.ratio:.2f}x here ({m.source}{on}, {m.date}{detail})"
 
 
 def latest(setting: str, value: SettingValue, measurements: list[Measurement]) -> Measurement | None:

@@ -9,7 +9,7 @@ one that does not parse, reads as empty and is rewritten on the next record.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class Measurement:
     source: str        # "train trial" | "bench speedups" | "bench loader"
     date: str          # YYYY-MM-DD
     detail: str = ""   # e.g. "compile 41 s, saves 0.02 s/step"
+    on: str = ""       # what it was measured on, e.g. "tiny_cnn, 32 px, batch 64" (machine_measurements fills it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +107,17 @@ def record(key: TrialKey, *, measurements: list[Measurement], choice: dict[str, 
     return write_text_atomic(cache_path(root), json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
 
 
+def measured_on(key: dict[str, Any]) -> str:
+    """`tiny_cnn, 32 px, batch 64` from a cache entry's key (the loader's model "any" is left out). Pure."""
+    model = key.get("model")
+    parts = [str(model)] if model and model != LOADER_MODEL else []
+    if key.get("image_size"):
+        parts.append(f"{key['image_size']} px")
+    if key.get("batch"):
+        parts.append(f"batch {key['batch']}")
+    return ", ".join(parts)
+
+
 def entry_measurements(entry: dict[str, Any] | None) -> list[Measurement]:
     out = []
     for raw in (entry or {}).get("measurements", []):
@@ -127,5 +139,6 @@ def machine_measurements(entries: dict[str, Any], machine: str, torch: str | Non
             continue
         if model is not None and key.get("model") != model:
             continue
-        found.extend(entry_measurements(entry))
+        on = measured_on(key)
+        found.extend(replace(m, on=on) for m in entry_measurements(entry))
     return sorted(found, key=lambda m: m.date)

@@ -22,7 +22,7 @@ from fasttrain.plan import Plan
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
 from fasttrain.train.events import RunEnd, StepEvent
-from fasttrain.ui.dashboard_format import epoch_columns, epoch_labels, fmt_value, plain_line
+from fasttrain.ui.dashboard_format import epoch_line, plain_line
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -73,7 +73,7 @@ class Dashboard:
         self._rows: list[dict[str, Any]] = []
         self._messages: list[str] = []
         self._live: Any = None
-        self._epoch_table: Any = None  # dashboard_view.EpochTable, made on the first live redraw
+        self._opened: float | None = None  # clock() when the display opened: the elapsed time
         self._last_plain: float | None = None
         self._last_draw = 0.0
         self._last_kind: str | None = None
@@ -81,6 +81,7 @@ class Dashboard:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Dashboard":
+        self._opened = self._clock()
         if self.mode == "live":
             from rich.live import Live
 
@@ -113,7 +114,8 @@ class Dashboard:
         self._rec = rec
         if self.mode == "live":
             now = self._clock()
-            if self._live is not None and now - self._last_draw >= 1.0 / REFRESH_PER_SECOND:
+            last_batch = rec is not None and rec.batch_index + 1 >= rec.batches_in_epoch  # validation comes next
+            if self._live is not None and (now - self._last_draw >= 1.0 / REFRESH_PER_SECOND or last_batch):
                 self._last_draw = now
                 self._live.refresh()
             return
@@ -130,13 +132,13 @@ class Dashboard:
     def epoch_end(self, row: dict[str, Any]) -> None:
         """One row of the epoch table (keys chosen by the loop: epoch, train_loss, val_acc1, time_s, ...)."""
         self._rows.append(dict(row))
+        if self.mode == "live" and self._live is not None:  # above the live region: one line per epoch scrolls up
+            self._live.console.print(epoch_line(row, self.epochs, self.console.width, self.data_kind),
+                                     markup=False, highlight=False, no_wrap=True, overflow="crop")
+            self._live.refresh()
         if self.mode == "plain":
-            shown = epoch_columns([row])
-            labels = epoch_labels(self.data_kind)
-            self._write("epoch done: " + " | ".join(f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in shown))
-            snap = self._current()
-            if snap:
-                self._write(f"verdict: {vd.diagnose(snap, self.plan, self.report, self.measured, self.input_gain)}")
+            self._write("epoch done: " + epoch_line(row, self.epochs, None, self.data_kind))
+            self._plain_verdict(self._current())
 
     def message(self, text: str, level: str = "info") -> None:
         """A line above the live screen / in the plain log; with --quiet only errors are shown."""
@@ -159,12 +161,13 @@ class Dashboard:
         self._closed = True
         if summary is None:
             return
-        if self.mode == "live":
-            self.console.print(self._summary_table(summary))
-        else:
-            self._write("summary:")
-            for key, value in summary.items():
-                self._write(f"  {key}: {fmt_value(key, value)}")
+        from fasttrain.ui.ending import ending_lines
+        lines = ["summary (all of it: summary.json in the run folder):", *("  " + ln for ln in ending_lines(summary))]
+        for line in lines:  # whole lines, never cut: paths and commands are copied from here
+            if self.mode == "live":
+                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            else:
+                self._write(line)
 
     # -- the TrainListener protocol (fasttrain.train.events): what the loop and the run tell it ----------
     def on_run_start(self, plan: Plan, notes: list[str]) -> None:
@@ -182,7 +185,7 @@ class Dashboard:
         self.message(text, level)
 
     def on_run_end(self, end: RunEnd) -> None:
-        self.close(end.highlights)
+        self.close(end.summary)
 
     # -- plain -----------------------------------------------------------------------------------
     def _write(self, line: str) -> None:
@@ -199,10 +202,22 @@ class Dashboard:
         if not snap:
             return
         self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind))
-        verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain)
-        if verdict.kind != self._last_kind:  # the verdict is repeated only when it changes
+        self._plain_verdict(snap)
+
+    def _plain_verdict(self, snap: dict[str, Any] | None) -> None:
+        """The verdict's line, written only when its kind changes (docs/dashboard.md): a log read later shows
+        each change once, not the same sentence after every epoch."""
+        if not snap:
+            return
+        verdict = vd.assess(snap, self.plan, self.report, self.measured, self.input_gain, self.run_s(snap))
+        if verdict.kind != self._last_kind:
             self._last_kind = verdict.kind
             self._write(f"verdict: {verdict.text}")
+
+    def run_s(self, snap: dict[str, Any]) -> float | None:
+        """The whole run's training time at the current step rate (seconds), for the verdict's advice."""
+        step = snap.get("step_time_s")
+        return step * self.total_batches if step is not None and self.total_batches else None
 
     @property
     def header(self) -> str:
@@ -231,19 +246,8 @@ class Dashboard:
         """The live screen as one Rich renderable (also used by tests)."""
         from fasttrain.ui import dashboard_view
 
-        if self._epoch_table is None:
-            self._epoch_table = dashboard_view.EpochTable()
+        elapsed = self._clock() - self._opened if self._opened is not None else None
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
                                            self.epochs, tuple(self._rows), self.data_kind,
-                                           self.measured, self.input_gain)
-        return dashboard_view.screen(model, self._current() or {}, self._epoch_table, self.console)
-
-    def _summary_table(self, summary: dict[str, Any]) -> Any:
-        from rich.table import Table
-
-        table = Table(title="summary", show_header=False)
-        table.add_column("key", style="bold")
-        table.add_column("value")
-        for key, value in summary.items():
-            table.add_row(key, fmt_value(key, value))
-        return table
+                                           self.measured, self.input_gain, elapsed, self.run_s(self._current() or {}))
+        return dashboard_view.screen(model, self._current() or {}, self.console)

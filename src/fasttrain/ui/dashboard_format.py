@@ -9,8 +9,6 @@ from typing import Any
 
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
 
-# Epoch rows kept on the live screen; the rest are in metrics.jsonl and the final summary.
-LIVE_EPOCH_ROWS = 8
 # Epoch-table columns, in order, with their labels. Rows may carry more keys (the loop adds every
 # telemetry_* total); those stay in metrics.jsonl so the table fits a terminal.
 EPOCH_COLUMNS = {
@@ -57,6 +55,29 @@ def fmt_value(key: str, value: Any) -> str:
     if key.endswith("_s") and not key.endswith("per_s"):  # seconds: a clock reading from a minute up
         return fmt_clock(value) if key == "time_s" or value >= 60 else f"{value:.3g} s"
     return fmt_number(value)
+
+
+# The fields of an epoch's line on a terminal that give way first when it is too narrow (the rest of the row is in
+# metrics.jsonl); never dropped: the epoch, the train loss, acc@1, the time.
+EPOCH_LINE_DROP_ORDER = ("lr", "val_s", "train_s", "telemetry_gpu_util_mean_pct", "data_wait_fraction",
+                         "telemetry_data_wait_fraction", "val_acc5", "images_per_s", "telemetry_images_per_s",
+                         "val_loss")
+
+
+def epoch_line(row: dict[str, Any], epochs: int, width: int | None = None, data_kind: str = "images") -> str:
+    """One finished epoch in one line, `epoch 3/12 | train loss 1.04 | val loss 1.02 | acc@1 59.2% | ...`: fields
+    give way (EPOCH_LINE_DROP_ORDER) until it fits `width` (a terminal), as timm's log lines keep one per epoch."""
+    labels = epoch_labels(data_kind)
+    keys = [k for k in epoch_columns([row]) if k != "epoch"]
+    def text() -> str:
+        return " | ".join([f"epoch {row.get('epoch', '?')}/{epochs}"] +
+                          [f"{labels.get(k, k)} {fmt_value(k, row[k])}" for k in keys])
+    for key in EPOCH_LINE_DROP_ORDER:
+        if width is None or len(text()) <= width:
+            break
+        if key in keys:
+            keys.remove(key)
+    return text()
 
 
 def epoch_columns(rows: list[dict[str, Any]]) -> list[str]:

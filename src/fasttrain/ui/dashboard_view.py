@@ -7,7 +7,7 @@ returns a renderable.
 Cost matters here: the redraw runs on the training thread, so every millisecond it takes is a
 millisecond of training. Nested rich Tables cost ~10 ms a redraw (measured in
 benchmarks/telemetry_overhead.py), so the screen is built from pre-padded Text lines with hand-drawn
-bars, and the epoch table -- which changes once an epoch -- is rendered once and reused.
+bars. The finished epochs are printed above the live region, one line each (dashboard_format.epoch_line).
 """
 from __future__ import annotations
 
@@ -16,29 +16,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console, Group
-from rich.segment import Segment, Segments
-from rich.table import Table
 from rich.text import Text
 
 from fasttrain.core.arithmetic import GIB, MIB
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number, plural
 from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard_format import (LIVE_EPOCH_ROWS, epoch_columns, epoch_labels, epoch_progress_of, eta_s,
-                                           fmt_value, measured_vs_forecast, progress_of, rate_unit)
+from fasttrain.ui.dashboard_format import (epoch_progress_of, eta_s, fmt_value, measured_vs_forecast, progress_of,
+                                           rate_unit)
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 
-VERDICT_STYLE = {"input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
+VERDICT_STYLE = {"busy-machine": "bold red", "input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}
 BAR_WIDTH = 30
 MIN_BAR_WIDTH = 8
 LABEL_WIDTH = 10
 FORECAST_LABELS = {"images_per_s": "images/s", "step_time_s": "step time", "peak_memory_bytes": "peak GPU memory"}
 VALUE_WIDTH = 10
-# Epoch-table columns dropped first when the table is wider than the terminal (the rest of each row is in
-# metrics.jsonl): the first listed goes first. Never dropped: epoch, train loss, acc@1, time.
-EPOCH_DROP_ORDER = ("lr", "val_acc5", "telemetry_gpu_util_mean_pct", "train_s", "val_s", "data_wait_fraction",
-                    "telemetry_data_wait_fraction", "images_per_s", "telemetry_images_per_s", "val_loss")
 FILLED, EMPTY = "━", "─"   # distinct glyphs: without colour a bar still shows how full it is
 
 
@@ -77,32 +71,13 @@ class ScreenModel:
     data_kind: str = "images"              # DataBundle.kind: img/s for images, samples/s for other data
     measured: tuple[Any, ...] = ()         # tuning.store.Measurement made here, for the verdict's advice
     input_gain: str | None = None          # the measured shard factor the input-bound verdict quotes
+    elapsed_s: float | None = None         # seconds since the display opened
+    run_s: float | None = None             # the whole run's training time at the current rate (the verdict's advice)
 
 
-class EpochTable:
-    """The epoch table rendered once per new row (it is the costliest part to lay out), then reused."""
-
-    def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None   # (rows rendered, console width)
-        self._segments: Segments | None = None
-
-    def segments(self, rows: Sequence[dict[str, Any]], console: Console,
-                 data_kind: str = "images") -> Segments | None:
-        if not rows:
-            return None
-        key = (len(rows), console.width)
-        if self._segments is None or self._key != key:
-            table = epoch_table(list(rows[-LIVE_EPOCH_ROWS:]), width=console.width, data_kind=data_kind)
-            lines = console.render_lines(table, console.options, pad=False)
-            segments: list[Segment] = []
-            for line in lines:
-                segments += line
-                segments.append(Segment.line())
-            self._key, self._segments = key, Segments(segments)
-        return self._segments
-
-
-def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console: Console) -> Group:
+def screen(model: ScreenModel, snap: dict[str, Any], console: Console) -> Group:
+    """The live region, short enough for a 24-row terminal: the finished epochs are not in it but printed above it
+    as one line each (dashboard.epoch_end), so the newest stays in view and every epoch stays in the scrollback."""
     width = console.width
     parts: list[Any] = [Text(header(model.plan, width), style="bold"), _progress(model, snap, width)]
     parts += _figures(model, snap)
@@ -110,11 +85,8 @@ def screen(model: ScreenModel, snap: dict[str, Any], epochs: EpochTable, console
     for part in parts:  # fixed-layout lines: crop instead of word-wrapping (wrapping is most of a redraw's cost)
         part.no_wrap, part.overflow = True, "crop"
     if snap:
-        verdict = vd.assess(snap, model.plan, model.report, model.measured, model.input_gain)
+        verdict = vd.assess(snap, model.plan, model.report, model.measured, model.input_gain, model.run_s)
         parts.append(Text(f"verdict: {verdict.text}", style=VERDICT_STYLE.get(verdict.kind, "")))
-    cached = epochs.segments(model.rows, console, model.data_kind)
-    if cached is not None:
-        parts.append(cached)
     return Group(*parts)
 
 
@@ -148,9 +120,11 @@ def _progress(model: ScreenModel, snap: dict[str, Any], width: int = 10**6) -> T
     head = f"epoch {epoch}/{model.epochs} "
     count = f" {e_done:,}/{e_total:,} {e_done / e_total:.0%}" if e_total else f" {e_done:,}"
     # (text, priority): shown in this order; the lowest priority gives way first
-    optional = [(f"  run {done / total:.0%}" if total else "", 3), (f"  {fmt_number(snap.get('it_per_s'), 3)} it/s", 1),
-                (f"  {fmt_number(snap.get('images_per_s'), 4)} {rate_unit(model.data_kind)}", 2)]
-    eta = f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}"
+    optional = [(f"  run {done / total:.0%}" if total else "", 2), (f"  {fmt_number(snap.get('it_per_s'), 3)} it/s", 1),
+                (f"  {fmt_number(snap.get('images_per_s'), 4)} {rate_unit(model.data_kind)}", 4),
+                (f"  elapsed {fmt_clock(model.elapsed_s)}" if model.elapsed_s is not None else "", 3)]
+    validating = bool(e_total) and e_done >= e_total and len(model.rows) < epoch  # trained, not yet validated
+    eta = "  validating" if validating else f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}"
     while True:  # drop optional parts until the line fits with at least a short bar
         fixed = len(head) + len(count) + sum(len(t) for t, _ in optional) + len(eta)
         if width - fixed >= MIN_BAR_WIDTH or not optional:
@@ -234,27 +208,3 @@ def _split(snap: dict[str, Any], width: int = 10**6) -> list[Text]:
             line.append(f"  {per_step * 1000:.1f} ms/step", style="dim")
         lines.append(line)
     return lines
-
-
-def epoch_table(rows: list[dict[str, Any]], width: int | None = None, data_kind: str = "images") -> Table:
-    """The finished epochs, one row each. With `width`, columns are left out (EPOCH_DROP_ORDER) until every cell
-    fits whole: a value is never cut to `0:00:…`."""
-    labels = epoch_labels(data_kind)
-    keys = epoch_columns(rows)
-    cells = {k: [fmt_value(k, row.get(k)) for row in rows] for k in keys}
-    def label(key: str) -> str:
-        return labels.get(key, key.replace("_", " "))
-    def needed(ks: list[str]) -> int:  # heavy box: a border before each column and one at the end, 1 pad each side
-        return sum(max(len(label(k)), *(len(c) for c in cells[k])) + 3 for k in ks) + 1
-    if width is not None:
-        for key in EPOCH_DROP_ORDER:
-            if needed(keys) <= width:
-                break
-            if key in keys and len(keys) > 1:
-                keys.remove(key)
-    table = Table(title="epochs", title_justify="left")
-    for key in keys:
-        table.add_column(label(key), justify="right", no_wrap=True)
-    for i in range(len(rows)):
-        table.add_row(*(cells[k][i] for k in keys))
-    return table

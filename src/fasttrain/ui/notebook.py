@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from fasttrain.train.events import RunDisplay, RunEnd, StepEvent
 from fasttrain.ui.dashboard import Dashboard
-from fasttrain.ui.dashboard_format import fmt_value
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -57,14 +56,16 @@ def text_and_html(console: Console) -> dict[str, str]:
     return {"text/plain": text, "text/html": console.export_html(inline_styles=True, code_format=HTML_FRAME)}
 
 
-def summary_table(highlights: dict[str, Any]) -> RenderableType:
-    """The run's highlights (train/run/summary.py highlights()), one row each, as the terminal's summary shows."""
+def summary_table(summary: dict[str, Any]) -> RenderableType:
+    """The end of a run (summary.json's dict) as the terminal says it (ui/ending.py's rows), as a table."""
     from rich.table import Table
-    table = Table(title="summary", title_justify="left", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value")
-    for key, value in highlights.items():
-        table.add_row(key, fmt_value(key, value))
+
+    from fasttrain.ui.ending import ending_rows
+    table = Table(title="summary (all of it: summary.json in the run folder)", title_justify="left", show_header=False)
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a path or a command is folded, never cut with an ellipsis
+    for label, value in ending_rows(summary):
+        table.add_row(label, value)
     return table
 
 
@@ -137,7 +138,7 @@ class NotebookDisplay:
             parts: list[Any] = [Text(line, style="dim") for line in self.messages]
             parts.append(self.dashboard.render())
             if self.end is not None:
-                parts.append(summary_table(self.end.highlights))
+                parts.append(summary_table(self.end.summary))
             self.console.print(Group(*parts))
             bundle = text_and_html(self.console)
         except Exception as exc:  # noqa: BLE001 - a drawing bug must never stop training

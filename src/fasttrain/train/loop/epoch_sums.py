@@ -41,6 +41,12 @@ class EpochSums:
         self.nonfinite += ~out.loss_ok
         self.images += out.images
 
+    def remove(self, out: StepOutcome) -> None:
+        """Take back a step added before (a dropped accumulation window: trained again after a resume)."""
+        self.loss -= torch.where(out.loss_ok, out.loss, 0.0)
+        self.nonfinite -= (~out.loss_ok).long()
+        self.images -= out.images
+
     def reduced(self, dist: DistContext | None) -> tuple[float, int, int]:
         """(loss sum, non-finite batches, images) read back and, under DDP, summed over ranks."""
         loss, bad, images = float(self.loss), int(self.nonfinite), self.images
@@ -65,3 +71,12 @@ class EpochSums:
                             f"(LR {lr:.4g}); lower optim.base_lr or set optim.clip_grad_norm")
         return {"train_loss": loss_total / max(1, batches - bad_total), "train_nonfinite_batches": bad_total,
                 "train_images": images_seen, "train_s": time.perf_counter() - self.started}
+
+
+def take_back(window: list[StepOutcome], sums: EpochSums, optimizer: torch.optim.Optimizer) -> int:
+    """Undo the micro-steps of an accumulation window that will not close (a stop request in it): their sums and
+    gradients; -> how many there were. The resumed run trains them again, from the same weights."""
+    for out in window:
+        sums.remove(out)
+    optimizer.zero_grad(set_to_none=True)
+    return len(window)

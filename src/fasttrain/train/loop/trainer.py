@@ -1,15 +1,10 @@
-"""The training loop the Plan drives: epochs of steps, validation, checkpoints, early stopping.
-
-`_train_pass` is the batch loop, on one screen; each batch is one call of the step engine (step.py), which
-returns what happened (StepOutcome). Data-wait is timed here, the copy and the compute by the engine (on CUDA
-with events read back once per *logged* step, step_report.py: one sync per log interval, never per step).
-Telemetry, the display and the run log are optional collaborators (events.Collaborators).
-
-A stop request (SIGTERM/SIGINT) is honoured once the optimizer step in flight has closed: a mid-epoch
-checkpoint, then `Interrupted`; the same checkpoint is written every `save_every_s` seconds
-(signals/stop_control.py). `restore()` continues a run at the batch after its checkpoint's.
-Under DDP (`dist`) the ranks agree on stops and saves, sum their metrics, and only rank 0 writes checkpoints.
-"""
+"""The training loop the Plan drives: epochs of steps, validation, checkpoints, early stopping. `_train_pass` is the
+batch loop, on one screen: each batch is one call of the step engine (step.py) -> StepOutcome; data-wait is timed
+here, copy and compute by the engine (CUDA events read back once per logged step, step_report.py). A stop request
+(SIGTERM/SIGINT) is honoured after the micro-step in flight (an open accumulation window is taken back and trained
+again after the resume; under DDP at the next optimizer step): a mid-epoch checkpoint, then `Interrupted`; the same
+checkpoint every `save_every_s` s (signals/stop_control.py). `restore()` continues at the batch after it. Under DDP
+the ranks agree on stops and saves and sum their metrics; only rank 0 writes checkpoints."""
 from __future__ import annotations
 
 import time
@@ -24,10 +19,11 @@ from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.budget import BudgetPace
 from fasttrain.train.loop.checkpointing import Checkpointer, restore_rank_rng
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
+from fasttrain.train.loop.divergence import check as check_divergence
 from fasttrain.train.loop.epoch_row import epoch_figures
-from fasttrain.train.loop.epoch_sums import EpochSums
+from fasttrain.train.loop.epoch_sums import EpochSums, take_back
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
-from fasttrain.train.loop.step import StepEngine
+from fasttrain.train.loop.step import StepEngine, StepOutcome
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
 from fasttrain.train.loop.validation import evaluate
 from fasttrain.train.signals.stop_control import StopControl
@@ -122,15 +118,18 @@ class Trainer:
             return totals
         finally:
             self.control.drain()
-            close = getattr(it, "close", None)  # a generator over a DataLoader: shuts its workers down now,
-            if close is not None:               # not whenever a traceback holding it is collected
-                close()
+            if (close := getattr(it, "close", None)) is not None:  # a generator over a DataLoader: its workers
+                close()                                            # stop now, not when a traceback is freed
 
     def _train_pass(self, it: Iterator[Any], epoch: int, first: int, n: int, sums: EpochSums) -> None:
         """The batch loop: wait for a batch, step, add it up, check, report, stop or save between steps."""
         pending: list[PendingStep] = []
+        window: list[StepOutcome] = []  # the micro-steps of the accumulation window still open
         last_log = time.perf_counter()
         for i in range(first, n):
+            if window and self.control.stop_mid_window():  # within one micro-step: the open window is taken back
+                self.batch_in_epoch = i - take_back(window, sums, self.engine.optimizer)
+                self._stop_or_save(epoch, self.batch_in_epoch - 1, pending, sums)
             if self.options.before_step is not None:
                 self.options.before_step(i)
             waited_from = time.perf_counter()
@@ -149,6 +148,7 @@ class Trainer:
             if log_now:
                 self.reporter.flush(pending)
                 pending, last_log = [], time.perf_counter()
+            window = [] if out.closed else [*window, out]
             if out.closed and i + 1 < n:
                 self._stop_or_save(epoch, i, pending, sums)
                 if self.options.budget is not None and self.options.budget.after_step(out.step):
@@ -195,8 +195,8 @@ class Trainer:
                     set_epoch(epoch)
                 epoch_started, steps_before = time.perf_counter(), self.engine.schedule.step
                 first = start.batch if epoch == start.epoch and start.batch > 0 else 0
-                row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first,
-                                                              partial=self._resumed_partial(first))}
+                partial = self._resumed.partial if first and self._resumed is not None else None
+                row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
                 row.update(self._validation_row(val_loader, epoch))
                 row.update(epoch_figures(self.engine.schedule.current(), self.io, self.options.launched_at))
                 self.engine.schedule.epoch_end(row.get("val_loss"))
@@ -210,6 +210,7 @@ class Trainer:
                 self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
                                  final=stop or stopped_early or spent or epoch + 1 >= epochs)
                 self.listeners.on_epoch_end(row)
+                check_divergence(self.progress.history, self.last_good)  # a loss that runs away: exit 1
                 if spent:
                     break
                 if stopped_early:
@@ -281,9 +282,6 @@ class Trainer:
         state = self.checkpoints.restore(self.engine, resume)
         self.nonfinite_total, self.progress = state.nonfinite_total, state.fit
         self._start, self._resumed = state.position, state
-
-    def _resumed_partial(self, first: int) -> EpochPartial | None:
-        return self._resumed.partial if first and self._resumed is not None else None
 
     def _checkpoint(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0, *,
                     epoch: int | None = None, final: bool = True) -> Path | None:

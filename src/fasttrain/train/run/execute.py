@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fasttrain.core.given import is_given
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
-from fasttrain.train.run.summary import (budget_report, fault_report, highlights, interrupted_report, resume_command,
+from fasttrain.train.run.export import write_model_files
+from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
                                          run_summary)
-from fasttrain.train.setup.plan_view import plan_notes
+from fasttrain.train.setup.plan_view import must_know, opening_notes, plan_notes
 from fasttrain.train.state.run_state import RunExtras
 from fasttrain.train.trial.tune import forecast_for_run
 from fasttrain.train.types import Prepared
@@ -120,8 +121,8 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
                             telemetry=run.telemetry, forecast=run.forecast, quiet=not prep.shows_progress,
                             plain=args.json, data_kind=prep.bundle.kind, measured=opening.measured_here(prep),
                             input_gain=opening.input_gain(prep) if main else None)) as listener:
-        listener.on_run_start(plan, plan_notes(prep))
-        if tuning:
+        listener.on_run_start(plan, opening_notes(prep))
+        if tuning and (args.verbose or "skipped" not in tuning):
             from fasttrain.train.trial.choice import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))
         summary = _train(run, model, listener)
@@ -184,7 +185,8 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
         at = prep.resume.state.position
         listener.on_message(f"resumed from {prep.resume.path} at epoch {at.epoch + 1}, batch {at.batch}")
     for note in trainer.notes:
-        listener.on_message(f"note: {note}")
+        if args.verbose or must_know(note):
+            listener.on_message(f"note: {note}")
     return trainer
 
 
@@ -234,9 +236,13 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     if run.budget is not None:
         summary["time_budget"] = budget_report(run.budget, run.budget_source or "", summary.get("history") or [],
                                                prep.plan.scaled_lr)
+    summary["plan_notes"] = plan_notes(prep)  # every note of the opening, shown or not
+    summary["verdict"] = final_verdict(prep, run.telemetry, summary.get("fit_s"))
+    if prep.is_main:  # the weights as a user loads them: model.safetensors + model.json (export.py)
+        summary["model_files"] = write_model_files(prep, run.run_dir, summary)
     if interrupted is not None:
         summary.update(interrupted_report(interrupted, resume_cmd, trainer.last_good))
-    end = RunEnd(summary, highlights(summary))
+    end = RunEnd(summary)
     if runlog is not None:
         RunLogListener(runlog).on_run_end(end)
         runlog.close()

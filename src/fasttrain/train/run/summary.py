@@ -1,4 +1,5 @@
-"""What a finished or stopped run reports: the summary (summary.json), its highlights, the resume command."""
+"""What a finished or stopped run reports: the summary (summary.json), its milestones, the resume command; the words
+at the end are ui/ending.py's."""
 from __future__ import annotations
 
 import shlex
@@ -6,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.train.loop.budget import TimeBudget
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.types import Prepared
@@ -54,8 +56,11 @@ def run_summary(prep: Prepared, result: FitResult | None, run_dir: Path, wall_s:
                 torch: ModuleType) -> dict[str, Any]:
     result = result or FitResult()  # stopped before fit() began
     last = result.history[-1] if result.history else {}
-    images = sum(r.get("train_images", 0) for r in result.history)
-    train_s = sum(r.get("train_s", 0.0) for r in result.history)
+    # The rate of this session, like its wall time: a resumed run's history also holds the epochs before it.
+    before = prep.resume.state.position.finished_epochs if prep.resume is not None else 0
+    session = [r for r in result.history if int(r.get("epoch", 0)) > before]
+    images = sum(r.get("train_images", 0) for r in session)
+    train_s = sum(r.get("train_s", 0.0) for r in session)
     return {
         "run_dir": str(run_dir), "profile": prep.profile_ref, "model": prep.model_name, "data": prep.args.data,
         "device": prep.plan.device, "precision": prep.plan.precision, "world_size": prep.plan.world_size,
@@ -97,31 +102,11 @@ def milestones(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def time_to_accuracy(reached: list[dict[str, Any]]) -> str | None:
-    """The milestones in one line, e.g. "90% at 12.3 s (epoch 2), 95% at 18.0 s (epoch 3)". Pure."""
-    from fasttrain.core.format import fmt_duration
-    parts = [f"{m['val_acc1']:.0%} at " + (fmt_duration(m["elapsed_s"]) if m.get("elapsed_s") is not None else "?")
-             + f" (epoch {m['epoch']})" for m in reached]
-    return ", ".join(parts) or None
-
-
-def highlights(summary: dict[str, Any]) -> dict[str, Any]:
-    """What the dashboard prints at the end (the full summary is in summary.json)."""
-    keys = ("run_dir", "epochs_run", "final_val_acc1", "final_val_acc5", "best_val_acc1", "best_epoch",
-            "train_images_per_s", "wall_s", "checkpoint_last", "bad_files", "nonfinite_steps", "interrupted")
-    short = {k: summary[k] for k in keys if summary.get(k) is not None}
-    budget = summary.get("time_budget")
-    if budget:
-        from fasttrain.core.format import fmt_duration
-        short["time_budget"] = (f"{fmt_duration(budget['budget_s'])} ({budget['source']}): used "
-                                f"{fmt_duration(budget['used_s'])}, {fmt_duration(max(0.0, budget['margin_s']))} left"
-                                if budget["margin_s"] >= 0 else f"over by {fmt_duration(-budget['margin_s'])}")
-    reached = time_to_accuracy(summary.get("milestones") or [])
-    if reached:
-        short["time_to_accuracy"] = reached
-    if summary.get("oom_backoffs"):
-        short["oom_backoffs"] = " ".join(f"{e['batch_from']}->{e['batch_to']}" for e in summary["oom_backoffs"])
-        short["micro_batch"] = summary["micro_batch"]
-    if summary.get("checkpoint_errors"):
-        short["checkpoint_errors"] = len(summary["checkpoint_errors"])
-    return short
+def final_verdict(prep: Prepared, telemetry: Telemetry | None, run_s: float | None = None) -> str | None:
+    """The bottleneck verdict on the run's last window of steps, for the summary; None when too few were measured."""
+    if telemetry is None:
+        return None
+    from fasttrain.telemetry.verdict import assess
+    from fasttrain.train.run.opening import input_gain, measured_here
+    verdict = assess(telemetry.snapshot(), prep.plan, prep.report, measured_here(prep), input_gain(prep), run_s)
+    return None if verdict.kind == "warming-up" else verdict.text

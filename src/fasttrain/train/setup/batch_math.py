@@ -205,3 +205,18 @@ def explain(result: SearchResult, batch: int, accumulation: int, target: int, wo
     if effective != target:
         tail += f" The effective batch differs from the profile's {target}; the LR is scaled for {effective}."
     return head + tail
+
+
+# A batch fitted to a small data set leaves the epoch at least this many optimizer steps (or batch 1).
+MIN_STEPS_PER_EPOCH = 4
+
+
+def fitted_to_data(batch: int, train_size: int, world_size: int = 1) -> int | None:
+    """The preset's batch halved until the training samples hold MIN_STEPS_PER_EPOCH full batches per process (or
+    the batch is 1); None when even batch 1 finds no sample per process. Pure."""
+    share = train_size // max(world_size, 1)
+    if share < 1:
+        return None
+    while batch > 1 and share // batch < MIN_STEPS_PER_EPOCH:
+        batch //= 2
+    return batch

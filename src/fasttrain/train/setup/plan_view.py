@@ -32,6 +32,35 @@ def plan_notes(prep: Prepared) -> list[str]:
     return [n.line() for n in prep.resolved.notes] + list(prep.plan.notes)
 
 
+# Notes that say how the run works rather than something the user must act on or know before the first step: shown
+# with --verbose, and kept in summary.json ("plan_notes", "notes") either way.
+DETAIL_PREFIXES = ("input: ", "CPU compute threads: ", "CPU allocator: ", "pin_memory off", "TF32 off",
+                   "tuning: ")  # the plan's tuning note: the run's own tuning line says it (execute.py)
+
+
+def must_know(note: str) -> bool:
+    """Whether a note of the run's opening is shown without --verbose. Pure."""
+    return not note.removeprefix("note: ").startswith(DETAIL_PREFIXES)
+
+
+def opening_notes(prep: Prepared) -> list[str]:
+    """The notes the dashboard opens with: the profile's notes on values the user chose (one about the preset's own
+    choice, e.g. bf16 on a CPU, is the preset's business: the plan's notes say what it became), then the plan's;
+    without --verbose only those must_know() keeps."""
+    notes = [n.line() for n in prep.resolved.notes
+             if prep.args.verbose or not _presets_own(prep, n.where.split(" ")[0].rstrip(":"))]
+    notes += list(prep.plan.notes)
+    return notes if prep.args.verbose else [n for n in notes if must_know(n)]
+
+
+def _presets_own(prep: Prepared, key: str) -> bool:
+    """Whether `key`'s value is a preset's (or the default), also through a file that `extends:` the preset."""
+    from fasttrain.profiles.files import preset_names
+    source = prep.resolved.provenance.get(key, "default")
+    return source.startswith(("preset", "default")) or (source.startswith("parent ") and
+                                                         source.removeprefix("parent ") in preset_names())
+
+
 def _tuning_view(prep: Prepared) -> dict[str, Any]:
     """What the tuning trial found (cached), or why none will run, for --dry-run: the run's own decision
     (tune.no_trial_reason, with the forecast's step time the run would give it)."""
@@ -74,7 +103,8 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"{plural(p['world_size'], 'device')} = effective batch {p['effective_batch']}",
         f"LR           {lr}, schedule {view['schedule']}",
         f"workers      {_chosen(p['workers'], p['workers_requested'], p['workers_reason'])}, "
-        f"prefetch {p['prefetch_factor']}, pin_memory={p['pin_memory']}",
+        f"prefetch {p['prefetch_factor'] if p['prefetch_factor'] is not None else 'none (no workers)' if not p['workers'] else 'auto (2)'}"
+        f", pin_memory={p['pin_memory']}",
         f"data         {d['spec']} ({d['kind']}): {d['train_size']:,} train / {d['val_size']:,} val, "
         f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
         f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",

@@ -141,6 +141,7 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
          (setup/world.py), so the documented multi-GPU line shows its real plan.
       3. Any other batch is fitted to this machine's memory (setup/footprint.py): a batch that does not fit
          becomes micro-batches with accumulation (same effective batch and LR), or is refused.
+      0. A preset's batch larger than a small data set is halved to fit it (setup/batch_math.fitted_to_data).
     The profile is validated again with each new batch (Resolved.with_flags: its provenance names the search
     or the fit, so `profiles show`, the run folder's profile.yaml and the plan agree). `notes`: the run's own
     notes so far (the flip check's), kept in every plan made here."""
@@ -153,6 +154,15 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
         resolved = resolved.with_flags(flags)
         notes.append(searched)
     plan = _make_plan(resolved, report, bundle, notes)
+    if plan.iterations_per_epoch == 0 and not resolved.user_set("loader.batch_size"):  # 0. a preset's batch, a
+        from fasttrain.train.setup.batch_math import fitted_to_data          # folder smaller than one batch
+        fitted = fitted_to_data(plan.batch_size, bundle.train_size, plan.world_size)
+        if fitted is not None:
+            notes.append(f"batch {plan.batch_size} -> {fitted}: the {bundle.train_size:,} training samples hold no "
+                         f"full batch of {plan.batch_size}; halved to leave a few steps per epoch (the LR scales "
+                         "with it; --set loader.batch_size=N chooses)")
+            resolved = resolved.with_flags({"loader.batch_size": ("fitted to the data", fitted)})
+            plan = _make_plan(resolved, report, bundle, notes)
     report, plan = world_or_target(args.dry_run, resolved.profile, report, plan,
                                    lambda machine, note: _make_plan(resolved, machine, bundle, [*notes, note]),
                                    launched=world is not None or args.launch is not None)

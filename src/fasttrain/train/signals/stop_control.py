@@ -44,6 +44,11 @@ class StopControl:
             stopping = self._agreed_stop(signal)
         return stopping, due
 
+    def stop_mid_window(self) -> bool:
+        """A stop request to honour before the next micro-step of an open accumulation window: one process only
+        (under DDP the ranks vote at optimizer steps, and a window's gradients are not all-reduced yet)."""
+        return self.dist is None and self.stop is not None and self.stop.requested is not None
+
     def at_epoch_end(self) -> bool:
         """Whether to stop after this epoch (a signal received during it, on any rank)."""
         stopping = self.stop is not None and self.stop.requested is not None

@@ -31,6 +31,9 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
     note on stderr."""
     if spec != "auto":
         path = Path(spec)
+        if not path.exists():  # neither a run folder nor a file: say which runs there are
+            raise UserError([Problem("--resume", "no run folder or checkpoint file there", _runs_hint(runs_dir),
+                                     spec)])
         if path.is_dir():
             found = candidates(path)
             if not found:
@@ -55,6 +58,16 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
     raise UserError([Problem("--resume auto", f"no loadable checkpoint in {where}"
                              + (f" (damaged: {', '.join(str(p) for p in skipped)})" if skipped else ""),
                              "start a new run without --resume, or name a checkpoint file")])
+
+
+def _runs_hint(runs_dir: Path) -> str:
+    """The newest run folders under --runs-dir, to pick from (or how to find one)."""
+    runs_dir = Path(runs_dir)
+    found = sorted((d for d in runs_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime,
+                   reverse=True)[:3] if runs_dir.is_dir() else []
+    if not found:
+        return f"no run folders in {runs_dir}; give the folder a run printed at its end (`run folder`)"
+    return "runs here, newest first: " + ", ".join(str(d) for d in found) + " (or --resume auto: the furthest)"
 
 
 def _ranked(folder: Path) -> list[Path]:

@@ -50,8 +50,13 @@ def apply_choice(plan: Plan, choice: dict[str, Any], allowed: set[str], profile:
                        persistent_workers=profile.loader.persistent_workers and workers > 0)
     if "compile" in changes:
         changes["compile_reason"] = "measured by the tuning trial"
-    said = ", ".join(f"{k} {getattr(plan, k)} -> {v}" for k, v in changes.items() if k in CHOICE_FIELDS)
+    said = ", ".join(f"{k} {_shown(getattr(plan, k))} -> {_shown(v)}" for k, v in changes.items() if k in CHOICE_FIELDS)
     return dataclasses.replace(plan, **changes, notes=[*plan.notes, f"tuning: {why}: {said}"])
+
+
+def _shown(value: object) -> str:
+    """A setting's value in a note: None (cpu_threads: cores minus loader workers; prefetch: torch's) is `auto`."""
+    return "auto" if value is None else str(value)
 
 
 def apply_cached(prep: Prepared) -> tuple[Plan, dict[str, Any] | None]:
@@ -79,4 +84,4 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
     when = findings.get("date", (findings.get("trial") or {}).get("date", "?"))
     cached = " (cached: no trial this run)" if findings.get("cached") else ""
     return f"measured {when} in {spent} s{cached}: " + ", ".join(
-        f"{k}={v}" for k, v in (findings.get("choice") or {}).items()) + skipped
+        f"{k}={_shown(v)}" for k, v in (findings.get("choice") or {}).items()) + skipped

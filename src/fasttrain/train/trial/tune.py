@@ -208,10 +208,14 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
                       dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
                       image_size_flag=None, sets=[], gpu=None, loader=None,
                       in_memory=prep.bundle.in_memory if prep.plan.in_memory else None)  # its threads: every core
-        fc, _ = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False)
+        # The device that runs is this machine's: a kaggle-t4 run on a CPU is forecast for the CPU, not the T4.
+        fc, target = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False, force_local=True)
     except Exception:  # noqa: BLE001 - see docstring
         return None
-    out = {"images_per_s": fc.speed.get("images_per_s"), "step_time_s": fc.speed.get("step_time_s")}
+    if target.plan.device != prep.plan.device:  # a GPU with no published peaks would be priced as this CPU
+        return None
+    out = {"device": prep.plan.device, "images_per_s": fc.speed.get("images_per_s"),
+           "step_time_s": fc.speed.get("step_time_s")}
     if prep.plan.device == "cuda":
         out["peak_memory_bytes"] = fc.memory.total
     return {k: v for k, v in out.items() if v is not None} or None

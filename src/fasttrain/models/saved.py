@@ -1,0 +1,87 @@
+"""A trained model as its user needs it: `model.safetensors` (weights that load without pickle, and with
+`torch.load`'s safe default nowhere involved) beside `model.json` (the model's name, the class names in index order,
+the input size and normalisation), written in the run folder at the end of a run and read by `fasttrain predict`.
+
+Loading it in your own code (docs/train.md, "Using the trained model"):
+
+    from fasttrain.models.saved import load_trained
+    model, meta = load_trained("runs/NAME")        # eval mode, on the CPU
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.files import write_text_atomic
+
+if TYPE_CHECKING:
+    import torch
+
+WEIGHTS_FILE = "model.safetensors"
+META_FILE = "model.json"
+FORMAT = "fasttrain-model"
+FORMAT_VERSION = 1
+
+
+def save_trained(folder: Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write the weights (a state dict) and their description atomically; -> the weights file."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    # safetensors takes contiguous tensors that share no storage: channels_last and tied weights are copied out.
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items() if hasattr(v, "detach")}
+    weights = folder / WEIGHTS_FILE
+    partial = folder / f".{WEIGHTS_FILE}.partial"
+    save_file(tensors, str(partial), metadata={"format": FORMAT, "model": str(meta.get("model", ""))})
+    os.replace(partial, weights)
+    write_text_atomic(folder / META_FILE, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION,
+                                                      "weights": WEIGHTS_FILE, **meta}, indent=1) + "\n")
+    return weights
+
+
+def read_meta(run: Path) -> dict[str, Any]:
+    """model.json of a run folder, checked; a UserError naming what is missing and how to get it."""
+    path = Path(run) / META_FILE
+    if not Path(run).is_dir():
+        raise UserError([Problem("RUN", f"{str(run)!r} is not a run folder", "give a folder under runs/ that a "
+                                 "`fasttrain train` wrote", str(run))])
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError([Problem(str(path), "no such file: this run has no saved model",
+                                 "a run writes model.json and model.safetensors when it ends; one stopped before "
+                                 "its first epoch, or written by an older fasttrain, has none (train it further "
+                                 "with `fasttrain train --resume RUN`)")]) from None
+    except (OSError, ValueError) as exc:
+        raise UserError([Problem(str(path), f"not readable: {type(exc).__name__}: {exc}", "train the run again")]) from None
+    needed = ("model", "num_classes", "class_names", "image_size", "mean", "std")
+    missing = [k for k in needed if k not in meta] if isinstance(meta, dict) else list(needed)
+    if missing or not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UserError([Problem(str(path), "not a fasttrain model description" + (f" (no {', '.join(missing)})"
+                                 if missing else ""), "use the model.json a run wrote")])
+    return meta
+
+
+def load_trained(run: Path | str) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """(the trained model in eval mode on the CPU, its model.json) from a run folder."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from fasttrain.models.registry import create_model
+
+    meta = read_meta(Path(run))
+    weights = Path(run) / meta.get("weights", WEIGHTS_FILE)
+    model = create_model(meta["model"], int(meta["num_classes"]), image_size=int(meta["image_size"]))
+    try:
+        state = load_file(str(weights))
+    except (OSError, SafetensorError) as exc:
+        raise UserError([Problem(str(weights), f"not readable weights: {type(exc).__name__}", "train the run again")]) from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise UserError([Problem(str(weights), f"the weights do not fit {meta['model']}: {str(exc)[:200]}",
+                                 "use the model.json and model.safetensors of the same run")]) from None
+    return model.eval(), meta

@@ -1,0 +1,111 @@
+"""The end of a run in words: what it reached, where its files are, and the commands that come next.
+
+Pure: the run's summary (summary.json's dict) -> (label, value) rows, drawn by the dashboard in every mode. One
+time format throughout (h:mm:ss, core/format.fmt_clock); values are whole (a path or a command is never cut),
+so they can be copied from the terminal.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from fasttrain.core.format import fmt_clock, fmt_number
+
+LABEL_WIDTH = 16
+
+
+def _pct(value: Any) -> str:
+    return f"{value:.1%}" if isinstance(value, (int, float)) and value <= 1 else fmt_number(value)
+
+
+def _accuracy(s: dict[str, Any]) -> str | None:
+    if s.get("final_val_acc1") is None and s.get("best_val_acc1") is None:
+        return None
+    text = f"acc@1 {_pct(s.get('final_val_acc1'))}"
+    if s.get("final_val_acc5") is not None:
+        text += f", acc@5 {_pct(s['final_val_acc5'])}"
+    if s.get("best_val_acc1") is not None:
+        text += f" (best acc@1 {_pct(s['best_val_acc1'])}" + \
+            (f" at epoch {s['best_epoch']})" if s.get("best_epoch") else ")")
+    return text
+
+
+def _problems(s: dict[str, Any]) -> str | None:
+    found = []
+    for key, what in (("bad_files", "unreadable files skipped"), ("nonfinite_steps", "non-finite steps skipped")):
+        if s.get(key):
+            found.append(f"{s[key]:,} {what}")
+    if s.get("oom_backoffs"):
+        found.append(f"{len(s['oom_backoffs'])} out-of-memory back-off(s), micro-batch {s.get('micro_batch')}")
+    if s.get("checkpoint_errors"):
+        found.append(f"{len(s['checkpoint_errors'])} checkpoint(s) not written (summary.json: checkpoint_errors)")
+    return "; ".join(found) or None
+
+
+def _time(s: dict[str, Any]) -> str | None:
+    if s.get("wall_s") is None:
+        return None
+    text = fmt_clock(s["wall_s"])
+    if s.get("resumed_from"):
+        text += " (this session, since the resume)"
+    return text
+
+
+def _time_to_accuracy(s: dict[str, Any]) -> str | None:
+    """summary.json's milestones in one line: "90% at 0:00:12 (epoch 2), 95% at 0:00:18 (epoch 3)"."""
+    parts = [f"{m['val_acc1']:.0%} at {fmt_clock(m.get('elapsed_s'), '?')} (epoch {m.get('epoch')})"
+             for m in s.get("milestones") or []]
+    return ", ".join(parts) or None
+
+
+def _budget(s: dict[str, Any]) -> str | None:
+    """The time budget (--time-budget, --deadline, --max-cost): what it was, what the run used, the margin."""
+    b = s.get("time_budget")
+    if not b:
+        return None
+    head = f"{fmt_clock(b.get('budget_s'))} ({b.get('source') or 'budget'}): used {fmt_clock(b.get('used_s'))}"
+    margin = b.get("margin_s")
+    if margin is None:
+        return head
+    return head + (f", {fmt_clock(margin)} left" if margin >= 0 else f", over by {fmt_clock(-margin)}")
+
+
+def _speed(s: dict[str, Any]) -> str | None:
+    rate = s.get("train_images_per_s")
+    return None if rate is None else f"{fmt_number(rate)} images/s while training"
+
+
+def ending_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of the run's end, in reading order; rows without a value are left out."""
+    run = s.get("run_dir")
+    quoted = shlex.quote(str(run)) if run else None
+    epochs = s.get("epochs_run")
+    rows: list[tuple[str, str | None]] = [
+        ("run folder", run),
+        ("stopped", s.get("stop_message", "").split("\n")[0].removeprefix("fasttrain: ") or None),
+        ("epochs", None if epochs is None else f"{epochs}" + (" (stopped early: acc@1 stopped improving)"
+                                                                if s.get("stopped_early") else "")),
+        ("accuracy", _accuracy(s)),
+        ("time to accuracy", _time_to_accuracy(s)),
+        ("loss", None if s.get("final_train_loss") is None else
+         f"train {fmt_number(s['final_train_loss'])}, val {fmt_number(s.get('final_val_loss'))}"),
+        ("speed", _speed(s)),
+        ("time", _time(s)),
+        ("time budget", _budget(s)),
+        ("verdict", s.get("verdict")),
+        ("problems", _problems(s)),
+        ("best weights", s.get("checkpoint_best")),
+        ("model files", s.get("model_files")),
+        ("last checkpoint", s.get("checkpoint_last")),
+        ("resume", s.get("resume_command")),
+        ("TensorBoard", f"tensorboard --logdir {shlex.quote(str(run) + '/tb')}" if run else None),
+        ("train further", f"fasttrain train --resume {quoted} --epochs {2 * epochs}"
+         if quoted and epochs and not s.get("resume_command") else None),
+        ("predict", f"fasttrain predict {quoted} --data DIR" if quoted and s.get("model_files") else None),
+    ]
+    return [(label, str(value)) for label, value in rows if value]
+
+
+def ending_lines(s: dict[str, Any]) -> list[str]:
+    """The rows as plain lines, `label            value`."""
+    return [f"{label:<{LABEL_WIDTH}} {value}" for label, value in ending_rows(s)]
