@@ -18,7 +18,8 @@ from loop_helpers import write_image_folder
 
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
-RUN_ELSEWHERE = {"docs/notebook.md": "the cells of a notebook: tests/test_notebook.py runs them in a Jupyter kernel"}
+RUN_ELSEWHERE = {"docs/notebook.md": "the cells of a notebook: tests/test_notebook.py runs them in a Jupyter kernel",
+                 "docs/train.md": "loading a trained model: tests/test_predict.py runs it on a real run's folder"}
 # (file, first line of the block) -> why it cannot run as written
 NOT_RUNNABLE = {
     ("docs/bench.md", "from fasttrain.profiles import presets"):

@@ -96,3 +96,31 @@ def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(cli, tmp_pa
     assert mine.code == 0 and "augment.hflip=0.5 (yours) mirrors images whose classes look handed" in mine.out
     plain = cli("train", "--data", str(symmetric), "--model", "tiny_cnn", "--dry-run")
     assert plain.code == 0 and "flips off" not in plain.out and "look handed" not in plain.out
+
+
+def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> None:
+    """augment.test_flip: validation scores each image by the mean of its logits and its mirror image's, for a
+    real model that tells them apart (a linear layer over the pixels)."""
+    import torch
+    from torch import nn
+
+    from fasttrain.train.loop.step import StepEngine
+    from fasttrain.train.loop.validation import evaluate
+    from loop_helpers import cpu_plan
+
+    torch.manual_seed(0)
+    plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False})
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
+    optim = profile.optim.model_copy(update={"ema_decay": None})
+    engine = StepEngine.build(plan, optim, model, batches_per_epoch=1)
+    images, targets = torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16,))
+    with torch.no_grad():
+        plain, mirrored = model(images), model(images.flip(-1))
+    assert not torch.allclose(plain, mirrored)  # the model is not mirror-invariant: the flip must show
+    expect = {name: nn.functional.cross_entropy(logits, targets).item()
+              for name, logits in (("plain", plain), ("averaged", (plain + mirrored) / 2))}
+    once = evaluate(engine, [(images, targets)])
+    both = evaluate(engine, [(images, targets)], test_flip=True)
+    assert once["val_loss"] == pytest.approx(expect["plain"], rel=1e-5)
+    assert both["val_loss"] == pytest.approx(expect["averaged"], rel=1e-5)
+    assert both["val_acc1"] == ((plain + mirrored).argmax(1) == targets).float().mean().item()
