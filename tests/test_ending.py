@@ -38,6 +38,9 @@ def test_the_ending_says_the_time_to_accuracy_and_the_budget() -> None:
     over = {**timed, "time_budget": {**timed["time_budget"], "used_s": 95.0, "margin_s": -5.0}}
     assert dict(ending_rows(over))["time budget"].endswith("over by 0:00:05")
     assert "time budget" not in dict(ending_rows(SUMMARY)) and "time to accuracy" not in dict(ending_rows(SUMMARY))
+    # the milestones count from the command's start, the run's time from the run's: both are said
+    launched = {**timed, "wall_s": 18.2, "history": [{"epoch": 12, "elapsed_s": 24.3}]}
+    assert dict(ending_rows(launched))["time"] == "0:00:18 training (0:00:24 since the command started)"
 
 
 def test_a_stopped_run_ends_with_its_resume_command_not_train_further() -> None:

@@ -4,6 +4,8 @@ Always random init: nothing is downloaded at run time. Imports torch lazily (cal
 """
 from __future__ import annotations
 
+import functools
+
 import importlib
 import inspect
 import os
@@ -257,6 +259,7 @@ def check_model_input(name: str, image_size: int, num_classes: int, in_chans: in
                              image_size)])
 
 
+@functools.lru_cache(maxsize=64)  # a run checks its model in prepare and again when it prices it: once is enough
 def _input_error(name: str, image_size: int, num_classes: int, in_chans: int) -> str | None:
     """None when `name` at `image_size` runs forward + backward (batch 2, on meta), else the first error line."""
     import torch

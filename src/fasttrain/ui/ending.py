@@ -47,7 +47,11 @@ def _time(s: dict[str, Any]) -> str | None:
         return None
     text = fmt_clock(s["wall_s"])
     if s.get("resumed_from"):
-        text += " (this session, since the resume)"
+        return text + " (this session, since the resume)"
+    # wall_s starts with the run; the epochs' elapsed_s (and so the time to accuracy) with the command
+    launched = next((r.get("elapsed_s") for r in reversed(s.get("history") or []) if r.get("elapsed_s")), None)
+    if launched is not None and launched - s["wall_s"] >= 1:
+        text += f" training ({fmt_clock(launched)} since the command started)"
     return text
 
 

@@ -37,9 +37,9 @@ def model_counts(model: str, image_size: int, num_classes: int, precision: str) 
     device cannot run the model (a custom model with data-dependent code): then nothing is checked."""
     key = (model, image_size, num_classes, precision)
     if key not in _COUNTS:
-        from fasttrain.estimate import cost
+        from fasttrain.estimate.gather import model_cost  # remembered per process: the run's forecast prices it too
         try:
-            c = cost.model_cost(model, image_size, num_classes=num_classes, precision=precision)
+            c = model_cost(model, image_size, num_classes, precision)
             _COUNTS[key] = (c.params, c.activation_bytes_per_sample)
         except (UserError, RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError, IndexError):
             _COUNTS[key] = None

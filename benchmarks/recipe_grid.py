@@ -1,0 +1,78 @@
+"""Recipes compared by the epoch that reaches a target accuracy, over seeds, on real data nobody here made.
+
+Each recipe is `fasttrain train` with the default preset plus its `--set` overrides, run once per seed on
+scikit-learn's digits (benchmarks/time_to_accuracy.py's folder: 1,437 training images, 360 validation, 32 px),
+resnet18 from scratch, 8 epochs. Printed: per recipe and seed, val acc@1 after each epoch, the epoch and the
+seconds from launch at which the target was first reached, and the final accuracy; then per recipe the median
+epoch to the target. The epoch is the figure that does not depend on how busy the machine is; the seconds do.
+This chose the `cpu` preset's recipe (docs/benchmarks.md, "Recipe").
+
+  .venv/bin/python benchmarks/recipe_grid.py [--seeds 1 2 3] [--epochs 8] [--target 0.97]
+      [--recipe NAME='--set optim.base_lr=0.006' ...]   (default: the grid in docs/benchmarks.md)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from time_to_accuracy import digits_folder  # noqa: E402 - the same folder as the time-to-accuracy benchmark
+
+GRID = {
+    "default": "",
+    "previous (warm-up 1, no LS, no EMA)":
+        "--set optim.warmup_epochs=1 --set optim.label_smoothing=0 --set optim.ema_decay=null",
+    "batch 32": "--set loader.batch_size=32",
+    "warm-up 0": "--set optim.warmup_epochs=0",
+    "LR x2": "--set optim.base_lr=0.006",
+}
+
+
+def one_run(work: Path, data: Path, name: str, seed: int, epochs: int, extra: list[str]) -> list[dict]:
+    run = f"r{len(list((work / 'runs').glob('*'))) if (work / 'runs').exists() else 0}"
+    env = {**os.environ, "FASTTRAIN_CACHE": str(work / f"cache-{run}")}  # a first run, as a user's
+    subprocess.run([sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
+                    "--image-size", "32", "--epochs", str(epochs), "--seed", str(seed), "--quiet",
+                    "--runs-dir", str(work / "runs"), "--run-name", run, *extra],
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True, timeout=3600)
+    rows = [json.loads(line) for line in (work / "runs" / run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("kind") == "epoch"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--target", type=float, default=0.97)
+    ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'")
+    args = ap.parse_args()
+    grid = dict(r.split("=", 1) for r in args.recipe) if args.recipe else GRID
+    reached: dict[str, list[int]] = {name: [] for name in grid}
+    with tempfile.TemporaryDirectory(prefix="recipes-") as tmp:
+        work = Path(tmp)
+        data = digits_folder(work, 32)
+        print(f"| recipe | seed | val acc@1 by epoch | {args.target:.0%} at | final |")
+        print("| --- | ---: | --- | --- | ---: |")
+        for seed in args.seeds:  # seeds outermost: every recipe runs in each stretch of the machine's load
+            for name, extra in grid.items():
+                epochs = one_run(work, data, name, seed, args.epochs, shlex.split(extra))
+                hit = next((r for r in epochs if r["val_acc1"] >= args.target), None)
+                reached[name].append(hit["epoch"] if hit else args.epochs + 1)
+                at = f"epoch {hit['epoch']}, {hit['elapsed_s']:.1f} s" if hit else "not reached"
+                accs = " ".join(f"{r['val_acc1']:.3f}" for r in epochs)
+                print(f"| {name} | {seed} | {accs} | {at} | "
+                      f"{epochs[-1]['val_acc1']:.4f} |", flush=True)
+    print()
+    for name, hits in reached.items():
+        print(f"{name}: median epoch to {args.target:.0%}: {statistics.median(hits):g} (per seed {hits})")
+
+
+if __name__ == "__main__":
+    main()
