@@ -41,7 +41,9 @@ def test_a_compiled_plans_trial_prices_the_compile_into_each_candidate(slow_comp
                              sets=["speed.compile=true", "loader.batch_size=8"], dry_run=True))
     assert prep.plan.compile
     _, found = run_trial(prep, prep.plan, epochs=100_000)  # a long run: the budget is the 5.9 s cap
-    assert found["budget_s"] == 5.9 and found["compile_s"] >= COMPILE_S
+    # compile_s = the warm-up's time less its steps at the timed median: under load the median step can be slower
+    # than the warm-up's were, so a little of the 3 s is taken off (2.37 s seen in CI-like load); ~0 without it
+    assert found["budget_s"] == 5.9 and found["compile_s"] >= 0.6 * COMPILE_S
     # before, the next candidate was priced at its steps (~0.3 s) and run: 3 s more, over the budget
     assert [c["candidate"] for c in found["candidates"]] == ["the plan"], found
     assert any("over the trial budget" in s for s in found["skipped"])
