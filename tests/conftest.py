@@ -89,3 +89,14 @@ def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: Path | No
     """`python -m fasttrain ARGS` in a real child process."""
     return subprocess.run([sys.executable, "-m", "fasttrain", *args], capture_output=True, text=True,
                           env=child_env(env), cwd=cwd or REPO, timeout=timeout)
+
+
+def one_error_line(result, *needles: str) -> str:  # noqa: ANN001 - CliResult
+    """Exit 2, no traceback, exactly one `fasttrain: error:` line, holding each of `needles`; -> that line."""
+    assert result.code == 2, (result.code, result.out, result.err)
+    assert "Traceback" not in result.err + result.out
+    lines = [ln for ln in result.err.splitlines() if ln.startswith("fasttrain: error:")]
+    assert len(lines) == 1, result.err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line
 from fasttrain.core.errors import UserError
 
 _names = itertools.count()
@@ -36,16 +37,6 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         sys.modules.pop(name, None)
 
 
-def _one_error_line(result, *needles: str) -> str:  # noqa: ANN001 - CliResult
-    assert result.code == 2, (result.code, result.out, result.err)
-    assert "Traceback" not in result.err + result.out
-    lines = [ln for ln in result.err.splitlines() if ln.startswith("fasttrain: error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
 # -- 1. a module that fails on import ---------------------------------------------------------------------------
 IMPORT_FAILURES = {
     "RuntimeError": ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
@@ -62,13 +53,13 @@ def test_module_that_fails_on_import_is_exit_2(cli, user_module, flag: str, case
     mod = user_module(source)
     args = ["--data", f"{mod}:build", "--model", "tiny_cnn"] if flag == "--data" else \
         ["--data", "synthetic", "--model", f"{mod}:build"]
-    line = _one_error_line(cli("train", "--dry-run", *args), flag, repr(mod), shown)
+    line = one_error_line(cli("train", "--dry-run", *args), flag, repr(mod), shown)
     assert line.startswith(f"fasttrain: error: {flag}: importing module")
 
 
 def test_estimate_with_a_model_module_that_exits(cli, user_module) -> None:
     mod = user_module("import sys\nsys.exit(3)\n")
-    _one_error_line(cli("estimate", "--model", f"{mod}:build", "--profile", "kaggle-t4", "--dataset-size", "100"),
+    one_error_line(cli("estimate", "--model", f"{mod}:build", "--profile", "kaggle-t4", "--dataset-size", "100"),
                     "SystemExit(3)")
 
 
@@ -107,7 +98,7 @@ def kwargs(**kw):
                                            ("needs_args", "raised TypeError")])
 def test_model_builder_that_does_not_build_a_module_is_exit_2(cli, user_module, builder: str, shown: str) -> None:
     mod = user_module(MODELS)
-    line = _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", f"{mod}:{builder}",
+    line = one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", f"{mod}:{builder}",
                                "--num-classes", "10"), "--model", shown)
     assert "'str' object has no attribute" not in line
 
@@ -178,7 +169,7 @@ BAD_DATA = {
 @pytest.mark.parametrize("name", list(BAD_DATA))
 def test_data_items_of_the_wrong_kind_are_exit_2_when_the_data_is_built(cli, user_module, name: str) -> None:
     mod = user_module(DATA)
-    _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:{name}", "--model", "tiny_cnn",
+    one_error_line(cli("train", "--dry-run", "--data", f"{mod}:{name}", "--model", "tiny_cnn",
                         "--set", "loader.batch_size=2"), "--data", BAD_DATA[name])
 
 
@@ -195,10 +186,10 @@ def test_check_sample_accepts_usable_items(user_module, name: str, rank: int) ->
 # -- 4. did-you-mean never suggests the name that was given ----------------------------------------------------------
 def test_not_callable_attribute_says_so_without_suggesting_itself(cli, user_module) -> None:
     mod = user_module("NOT_CALLABLE = 5\ndef build():\n    return None\n")
-    line = _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:NOT_CALLABLE", "--model", "tiny_cnn"),
+    line = one_error_line(cli("train", "--dry-run", "--data", f"{mod}:NOT_CALLABLE", "--model", "tiny_cnn"),
                            f"{mod}.NOT_CALLABLE is not callable (type int)")
     assert "did you mean" not in line
-    line = _one_error_line(cli("train", "--dry-run", "--data", f"{mod}:buildd", "--model", "tiny_cnn"),
+    line = one_error_line(cli("train", "--dry-run", "--data", f"{mod}:buildd", "--model", "tiny_cnn"),
                            "did you mean 'build'?")
     assert "NOT_CALLABLE" not in line
 
@@ -208,16 +199,16 @@ def test_not_callable_attribute_says_so_without_suggesting_itself(cli, user_modu
                                         (".rel:fn", "is not a module name"), ("a b:fn", "is not a module name"),
                                         ("a\x00b:fn", "control characters")])
 def test_malformed_module_specs_are_exit_2(cli, spec: str, shown: str) -> None:
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", spec), "--model", shown)
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", spec), "--model", shown)
 
 
 # -- 5. empty names ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value,shown", [("", "empty"), ("   ", "blank"), ("\t", "blank"),
                                          ("res\x00net", "control characters")])
 def test_empty_or_blank_model_and_gpu_are_exit_2(cli, value: str, shown: str) -> None:
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", value), "--model", shown)
-    _one_error_line(cli("estimate", "--model", value, "--dataset-size", "100"), "--model", shown)
-    _one_error_line(cli("estimate", "--model", "tiny_cnn", "--gpu", value, "--dataset-size", "100"), "--gpu", shown)
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", value), "--model", shown)
+    one_error_line(cli("estimate", "--model", value, "--dataset-size", "100"), "--model", shown)
+    one_error_line(cli("estimate", "--model", "tiny_cnn", "--gpu", value, "--dataset-size", "100"), "--gpu", shown)
 
 
 # -- 6. image sizes the model cannot take -------------------------------------------------------------------------
@@ -226,7 +217,7 @@ def test_empty_or_blank_model_and_gpu_are_exit_2(cli, value: str, shown: str) ->
                                         ("100000", "larger than 8192 px"),
                                         ("1", "model 'tiny_cnn' cannot take 1 px images")])
 def test_estimate_refuses_image_sizes_the_model_cannot_take(cli, size: str, shown: str) -> None:
-    line = _one_error_line(cli("estimate", "--model", "tiny_cnn", "--image-size", size, "--profile", "kaggle-t4",
+    line = one_error_line(cli("estimate", "--model", "tiny_cnn", "--image-size", size, "--profile", "kaggle-t4",
                                "--dataset-size", "100"), "--image-size", shown)
     if size == "1":
         assert "takes e.g. 32" in line
@@ -241,7 +232,7 @@ def test_vit_is_built_for_the_asked_size_or_refused_with_the_sizes_it_takes(cli)
     assert r64.code == 0, r64.err
     flops = lambda r: json.loads(r.out)["forecast"]["model"]  # noqa: E731
     assert flops(r) != flops(r64)  # priced at the asked size, not at 224
-    _one_error_line(cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "8", "--profile",
+    one_error_line(cli("estimate", "--model", "vit_tiny_patch16_224", "--image-size", "8", "--profile",
                         "kaggle-t4", "--dataset-size", "100"), "cannot take 8 px images", "built for 224 px",
                     "takes e.g. 32, 64")
 
@@ -272,13 +263,13 @@ def test_cache_that_is_a_file_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest
     afile = tmp_path / "cache-file"
     afile.write_text("not a directory")
     monkeypatch.setenv("FASTTRAIN_CACHE", str(afile))
-    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "is a file, not a directory",
+    one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "is a file, not a directory",
                     "set FASTTRAIN_CACHE to a writable directory")
     monkeypatch.setenv("FASTTRAIN_CACHE", str(afile / "below"))  # a directory that cannot be created
-    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "cannot create or write",
+    one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "cannot create or write",
                     str(afile / "below"))
     monkeypatch.setenv("FASTTRAIN_CACHE", "   ")
-    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "blank")
+    one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "blank")
 
 
 def test_home_that_cannot_hold_the_cache_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,7 +277,7 @@ def test_home_that_cannot_hold_the_cache_is_exit_2(cli, tmp_path: Path, monkeypa
     home.write_text("")
     monkeypatch.delenv("FASTTRAIN_CACHE")
     monkeypatch.setenv("HOME", str(home))
-    _one_error_line(cli("train", "--dry-run", "--data", "shapes"), "cannot create or write the cache directory",
+    one_error_line(cli("train", "--dry-run", "--data", "shapes"), "cannot create or write the cache directory",
                     str(home / ".cache" / "fasttrain"), "set FASTTRAIN_CACHE")
 
 
@@ -331,7 +322,7 @@ def test_bench_compare_of_a_file_that_is_not_a_result_is_exit_2(cli, tmp_path: P
     text, shown = NOT_RESULTS[case]
     bad = tmp_path / f"{case}.json"
     bad.write_text(text)
-    line = _one_error_line(cli("bench", "compare", str(tmp_path / "good"), str(bad)), "B ", shown)
+    line = one_error_line(cli("bench", "compare", str(tmp_path / "good"), str(bad)), "B ", shown)
     assert len(line) < 400
 
 
@@ -424,25 +415,25 @@ def test_train_refuses_seeds_the_rngs_refuse_when_the_data_is_built(cli, tmp_pat
     from image_tree import write_tree
     folder = write_tree(tmp_path / "imgs", {"cat": 4, "dog": 4})
     for data in (str(folder), "synthetic"):
-        _one_error_line(cli("train", "--dry-run", "--data", data, "--seed", seed), "--seed: must be a whole number")
+        one_error_line(cli("train", "--dry-run", "--data", data, "--seed", seed), "--seed: must be a whole number")
 
 
 # -- numbers past any real run: refused, not priced or crashed on --------------------------------------------------
 def test_huge_counts_are_exit_2(cli) -> None:
     base = ("estimate", "--model", "tiny_cnn", "--profile", "kaggle-t4")
-    _one_error_line(cli(*base, "--num-classes", str(2**70)), "--num-classes: must be a whole number from 1")
-    _one_error_line(cli(*base, "--dataset-size", str(2**70)), "--dataset-size: more than")
-    _one_error_line(cli(*base, "--epochs", str(2**40)), "--epochs: must be a whole number from 1")
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--num-classes", str(2**70)),
+    one_error_line(cli(*base, "--num-classes", str(2**70)), "--num-classes: must be a whole number from 1")
+    one_error_line(cli(*base, "--dataset-size", str(2**70)), "--dataset-size: more than")
+    one_error_line(cli(*base, "--epochs", str(2**40)), "--epochs: must be a whole number from 1")
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--num-classes", str(2**70)),
                     "--num-classes: must be a whole number from 1")
-    _one_error_line(cli("train", "--dry-run", "--data", "  "), "--data: blank data spec")
-    _one_error_line(cli("train", "--dry-run", "--data", "a\x00b"), "--data: the data spec contains a NUL byte")
-    _one_error_line(cli(*base, "--gpu", "T" * 5000), "--gpu: 5,000 characters long")
+    one_error_line(cli("train", "--dry-run", "--data", "  "), "--data: blank data spec")
+    one_error_line(cli("train", "--dry-run", "--data", "a\x00b"), "--data: the data spec contains a NUL byte")
+    one_error_line(cli(*base, "--gpu", "T" * 5000), "--gpu: 5,000 characters long")
 
 
 # -- train itself makes the checks above (not only estimate and the options) -----------------------------------
 def test_train_refuses_an_image_size_the_model_cannot_take(cli) -> None:
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", "tiny_cnn", "--image-size", "1"),
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--model", "tiny_cnn", "--image-size", "1"),
                     "--image-size", "cannot take 1 px", "tiny_cnn takes e.g.")
 
 
@@ -453,13 +444,13 @@ def test_train_builds_a_vit_for_the_asked_size(cli) -> None:
 
 @pytest.mark.parametrize("minutes", ["nan", "inf", "-1", "0"])
 def test_train_refuses_save_every_minutes_that_is_not_positive_and_finite(cli, minutes: str) -> None:
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--save-every-minutes", minutes),
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--save-every-minutes", minutes),
                     "--save-every-minutes: must be a positive, finite number of minutes")
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**70)])
 def test_train_seed_option_refuses_what_the_rngs_refuse(cli, seed: str) -> None:
-    _one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--seed", seed), "--seed: must be a whole number")
+    one_error_line(cli("train", "--dry-run", "--data", "synthetic", "--seed", seed), "--seed: must be a whole number")
 
 
 def test_batch_search_cache_in_a_file_is_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -475,4 +466,4 @@ def test_batch_search_cache_in_a_file_is_one_line(cli, tmp_path: Path, monkeypat
                                   ["doctor"]])
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_profile_is_refused_not_the_machine_default(cli, argv: list[str], value: str) -> None:
-    _one_error_line(cli(*argv, "--profile", value), "--profile: is empty")
+    one_error_line(cli(*argv, "--profile", value), "--profile: is empty")

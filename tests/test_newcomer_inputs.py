@@ -7,17 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line
 from loop_helpers import write_image_folder
-
-
-def _one_error_line(result, *needles: str) -> str:  # noqa: ANN001 - CliResult
-    assert result.code == 2, (result.code, result.out, result.err)
-    assert "Traceback" not in result.err + result.out
-    lines = [ln for ln in result.err.splitlines() if ln.startswith("fasttrain: error:")]
-    assert len(lines) == 1, result.err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _one_image_per_class(root: Path) -> Path:
@@ -30,7 +21,7 @@ def test_one_image_per_class_is_one_line_not_a_traceback(cli, tmp_path: Path, ex
     data = _one_image_per_class(tmp_path)
     result = cli("train", "--data", str(data), "--model", "tiny_cnn", "--epochs", "1",
                  "--runs-dir", str(tmp_path / "runs"), *extra)
-    _one_error_line(result, "--data", "single image", "validate")
+    one_error_line(result, "--data", "single image", "validate")
 
 
 def test_read_sizes_of_no_files_is_not_an_error() -> None:
@@ -41,7 +32,7 @@ def test_read_sizes_of_no_files_is_not_an_error() -> None:
 
 @pytest.mark.parametrize("command", [["profiles", "show", "cpu"], ["train", "--dry-run"]])
 def test_extends_given_by_set_is_refused_not_ignored(cli, command: list[str]) -> None:
-    _one_error_line(cli(*command, "--set", "extends=cpu"), "extends", "--profile")
+    one_error_line(cli(*command, "--set", "extends=cpu"), "extends", "--profile")
 
 
 # -- issue 25, point 12: the small things ---------------------------------------------------------------------------
@@ -53,14 +44,14 @@ def test_a_letter_typed_for_a_digit_suggests_the_digit() -> None:
 
 
 def test_unknown_model_suggests_b0_first(cli) -> None:
-    line = _one_error_line(cli("estimate", "--model", "efficientnet_bo", "--json"), "efficientnet_bo")
+    line = one_error_line(cli("estimate", "--model", "efficientnet_bo", "--json"), "efficientnet_bo")
     assert "did you mean 'efficientnet_b0'" in line
 
 
 def test_an_unknown_set_key_suggests_the_full_key_and_carries_its_value(cli) -> None:
     import json
     result = cli("profiles", "show", "cpu", "--set", "loader.batchsize=3", "--json")
-    _one_error_line(result, "did you mean 'loader.batch_size'?")
+    one_error_line(result, "did you mean 'loader.batch_size'?")
     problem = json.loads(result.out)["error"]["problems"][0]
     assert problem["value"] == 3  # was null
 
@@ -68,7 +59,7 @@ def test_an_unknown_set_key_suggests_the_full_key_and_carries_its_value(cli) -> 
 def test_resume_of_a_folder_that_is_not_there_names_the_runs_there(cli, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     (runs / "20261125-cpu").mkdir(parents=True)
-    line = _one_error_line(cli("train", "--resume", str(runs / "nope"), "--runs-dir", str(runs)),
+    line = one_error_line(cli("train", "--resume", str(runs / "nope"), "--runs-dir", str(runs)),
                            "no run folder or checkpoint file there", "20261125-cpu")
     assert "no such checkpoint file" not in line
 
@@ -80,7 +71,7 @@ def test_dry_run_of_a_small_folder_shows_the_plan_and_why_the_batch_is_smaller(c
     assert "batch        4 per device" in result.out
     assert "batch 64 -> 4: the 30 training samples hold no full batch of 64" in result.out
     refused = cli("train", "--data", str(data), "--profile", "cpu", "--dry-run", "--set", "loader.batch_size=64")
-    _one_error_line(refused, "larger than the 30 training samples")  # a batch the user chose is not changed
+    one_error_line(refused, "larger than the 30 training samples")  # a batch the user chose is not changed
 
 
 def test_fitted_to_data() -> None:
