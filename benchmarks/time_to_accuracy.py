@@ -7,8 +7,9 @@ rotates each round), on the same ImageFolder and the same model (resnet18 at 32 
   fasttrain  `fasttrain train --data DIR --model resnet18 --image-size 32 --epochs E` as a user runs it the first
              time (an empty fasttrain cache: no tuning result, no decoded pixels), and each extra recipe given
              with --recipe NAME='--set ...'
-Every contender is its own process and reports each epoch's validation accuracy with the seconds since that
-process started, so imports, start-up and the first epoch's costs count. Data sets:
+Round r runs fasttrain with --seed r (every recipe the same seed in a round), so the rounds sample seeds as the
+peers' unseeded runs do. Every contender is its own process and reports each epoch's validation accuracy with the
+seconds since that process started, so imports, start-up and the first epoch's costs count. Data sets:
   digits     scikit-learn's 1,797 handwritten digits (8x8, scaled to 32 px), 80/20 split; real data nobody here
              made (pip install scikit-learn)
   shapes     fasttrain's built-in generated set (for reference: the recipe was not tuned on the others)
@@ -62,12 +63,12 @@ def shapes_folder() -> Path:
     return ensure_shapes()
 
 
-def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path) -> list[dict[str, float]]:
+def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: int) -> list[dict[str, float]]:
     name = f"r{len(list(work.glob('runs/*')))}"
     env = {**os.environ, "FASTTRAIN_CACHE": str(work / f"cache-{name}")}  # a first run: nothing cached
     cmd = [sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
            "--image-size", "32", "--epochs", str(epochs), "--runs-dir", str(work / "runs"), "--run-name", name,
-           "--quiet", *extra]
+           "--seed", str(seed), "--quiet", *extra]
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600,
                    check=True)
     rows = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
@@ -115,7 +116,7 @@ def main() -> int:
                 order = ways[r % len(ways):] + ways[:r % len(ways)]
                 for way in order:
                     rows = run_peer(way, folder, args.epochs, work) if way in PEERS else \
-                        run_fasttrain(folder, args.epochs, recipes[way], work)
+                        run_fasttrain(folder, args.epochs, recipes[way], work, seed=r)
                     runs[way].append(rows)
                     t, e = reached(rows, args.target)
                     print(f"# {data} round {r + 1} {way}: {args.target:.0%} at {t:.1f} s (epoch {e}), "
