@@ -13,17 +13,14 @@ This chose the `cpu` preset's recipe (docs/benchmarks.md, "Recipe").
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import digits_folder  # noqa: E402 - the same folder as the time-to-accuracy benchmark
+from time_to_accuracy import digits_folder, run_fasttrain  # noqa: E402 - the same folder and runs as there
 
 GRID = {
     "default": "",
@@ -33,17 +30,6 @@ GRID = {
     "warm-up 0": "--set optim.warmup_epochs=0",
     "LR x2": "--set optim.base_lr=0.006",
 }
-
-
-def one_run(work: Path, data: Path, name: str, seed: int, epochs: int, extra: list[str]) -> list[dict]:
-    run = f"r{len(list((work / 'runs').glob('*'))) if (work / 'runs').exists() else 0}"
-    env = {**os.environ, "FASTTRAIN_CACHE": str(work / f"cache-{run}")}  # a first run, as a user's
-    subprocess.run([sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
-                    "--image-size", "32", "--epochs", str(epochs), "--seed", str(seed), "--quiet",
-                    "--runs-dir", str(work / "runs"), "--run-name", run, *extra],
-                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True, timeout=3600)
-    rows = [json.loads(line) for line in (work / "runs" / run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r.get("kind") == "epoch"]
 
 
 def main() -> None:
@@ -62,7 +48,7 @@ def main() -> None:
         print("| --- | ---: | --- | --- | ---: |")
         for seed in args.seeds:  # seeds outermost: every recipe runs in each stretch of the machine's load
             for name, extra in grid.items():
-                epochs = one_run(work, data, name, seed, args.epochs, shlex.split(extra))
+                epochs = run_fasttrain(data, args.epochs, shlex.split(extra), work, seed)
                 hit = next((r for r in epochs if r["val_acc1"] >= args.target), None)
                 reached[name].append(hit["epoch"] if hit else args.epochs + 1)
                 at = f"epoch {hit['epoch']}, {hit['elapsed_s']:.1f} s" if hit else "not reached"
