@@ -73,10 +73,9 @@ class EpochSums:
                 "train_images": images_seen, "train_s": time.perf_counter() - self.started}
 
 
-def take_back(window: list[StepOutcome], sums: EpochSums, optimizer: torch.optim.Optimizer) -> int:
-    """Undo the micro-steps of an accumulation window that will not close (a stop request in it): their sums and
-    gradients; -> how many there were. The resumed run trains them again, from the same weights."""
+def take_back(window: list[StepOutcome], sums: EpochSums) -> int:
+    """Undo the sums of the micro-steps of an accumulation window that will not close (a stop request in it; the
+    engine drops their gradients, StepEngine.drop_open_window); -> how many there were."""
     for out in window:
         sums.remove(out)
-    optimizer.zero_grad(set_to_none=True)
     return len(window)

@@ -253,6 +253,11 @@ class StepEngine:
         return norm
 
     # -- around the step -----------------------------------------------------------------------------
+    def drop_open_window(self) -> None:
+        """Forget the gradients of an accumulation window that will not close (a stop inside it): the resumed run
+        trains its micro-batches again from the same weights."""
+        self.optimizer.zero_grad(set_to_none=True)
+
     def on_warning(self, sink: Callable[[str], None]) -> None:
         """From now on the engine's warnings go to `sink` (the loop's: deduplicated, shown, kept for the summary)."""
         self.warnings.sink = sink

@@ -128,7 +128,8 @@ class Trainer:
         last_log = time.perf_counter()
         for i in range(first, n):
             if window and self.control.stop_mid_window():  # within one micro-step: the open window is taken back
-                self.batch_in_epoch = i - take_back(window, sums, self.engine.optimizer)
+                self.batch_in_epoch = i - take_back(window, sums)
+                self.engine.drop_open_window()
                 self._stop_or_save(epoch, self.batch_in_epoch - 1, pending, sums)
             if self.options.before_step is not None:
                 self.options.before_step(i)
