@@ -168,6 +168,24 @@ def test_a_corrupt_file_is_skipped_and_counted_or_stops_a_strict_run(tmp_path: P
         assert bundle.bad_files() == [str(bad)]
 
 
+def test_decoding_threads_are_used_only_for_images_that_repay_them(tmp_path: Path) -> None:
+    from fasttrain.datasets.decoded_images import SAMPLE_IMAGES, pool_pays
+    # recorded single-thread decode times per image on the 2-core machine (decoded_images.py's comment)
+    assert not pool_pays([72e-6] * 8, threads=2)               # digits PNGs at 32 px: a pool was 2.3x slower
+    assert not pool_pays([123e-6] * 8, threads=2)              # JPEG photos at 128 px
+    assert pool_pays([790e-6] * 8, threads=2)                  # JPEG photos at 448 px: 1.3-1.6x faster
+    assert not pool_pays([790e-6] * 8, threads=1)
+    assert not pool_pays([790e-6] * 3, threads=2)              # too few timed yet
+    assert not pool_pays([1.0] + [60e-6] * 8, threads=2)       # the first file pays for imports: the median
+    write_tree(tmp_path / "d", {"a": 12, "b": 12}, size=20)
+    train, _, _ = _open(tmp_path / "d", None)
+    train.ensure([0, 1, 2])
+    assert int(train.ready.sum()) == 3
+    train.ensure(list(range(len(train))))
+    assert bool(train.ready.all())
+    assert len(train.decode_times) == SAMPLE_IMAGES and not pool_pays(train.decode_times, 2)  # 20 px PNGs: one by one
+
+
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     where = tmp_path / "small"

@@ -1,8 +1,10 @@
 """A list of image files held decoded in RAM as one padded uint8 tensor: decoded the first time a batch draws
-each image (in threads), augmented a whole batch at a time (datasets/batch_augment.py), saved once complete
+each image (in threads when the images are large enough to repay them), augmented a whole batch at a time (datasets/batch_augment.py), saved once complete
 (datasets/pixel_cache.py). Whether a set is held this way at all is datasets/decoded.py's choice."""
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +15,20 @@ from fasttrain.profiles.schema import AugmentSpec
 if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
+
+# Decoding threads repay themselves only for images that take long to decode: PIL and libjpeg release the GIL
+# while they decode, but each image also costs ~50 us of Python under the GIL (open, convert, store). Measured on
+# the 2-core machine, per image, 1 thread -> 2 threads: digits PNGs at 32 px 72 -> 164 us (a pool is 2.3x
+# slower), JPEG photos at 128 px 123 -> 165-192 us, 256 px 340 -> 285-385 us, 448 px 790 -> 500-600 us.
+POOL_MIN_S = 300e-6   # median single-thread decode per image from which the pool is used
+SAMPLE_IMAGES = 8     # images decoded one by one and timed before the choice is made
+
+
+def pool_pays(seconds_per_image: list[float], threads: int) -> bool:
+    """Whether decoding in `threads` threads beats one, from single-thread decode times (median: the first file
+    of a kind also pays for imports). Pure."""
+    return threads > 1 and len(seconds_per_image) >= SAMPLE_IMAGES and \
+        statistics.median(seconds_per_image) >= POOL_MIN_S
 
 
 class DecodedImages:
@@ -42,6 +58,7 @@ class DecodedImages:
         for i in self.bad:
             self.ready[i] = True
         self._targets = torch.tensor(self.targets, dtype=torch.long)
+        self.decode_times: list[float] = []   # single-thread decode seconds of the first images (pool_pays decides)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -72,12 +89,18 @@ class DecodedImages:
         return images, self._targets[keep], bad
 
     def ensure(self, indices: list[int]) -> None:
-        """Decode the images among `indices` that are not decoded yet (in threads: PIL and libjpeg release
-        the GIL while they decode)."""
+        """Decode the images among `indices` that are not decoded yet: one by one, timed, until SAMPLE_IMAGES
+        are; then in threads if pool_pays says large images repay them (PIL and libjpeg release the GIL while
+        they decode), else still one by one."""
         missing = sorted({i for i in indices if not bool(self.ready[i])})
+        while missing and len(self.decode_times) < SAMPLE_IMAGES:
+            i = missing.pop(0)
+            t0 = time.perf_counter()
+            self._decode_one(i)
+            self.decode_times.append(time.perf_counter() - t0)
         if not missing:
             return
-        if self.threads > 1 and len(missing) > 1:
+        if len(missing) > 1 and pool_pays(self.decode_times, self.threads):
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(min(self.threads, len(missing))) as pool:
                 list(pool.map(self._decode_one, missing))
