@@ -9,7 +9,8 @@ rotates each round), on the same ImageFolder and the same model (resnet18 at 32 
              with --recipe NAME='--set ...'
 Round r runs fasttrain with --seed r (every recipe the same seed in a round), so the rounds sample seeds as the
 peers' unseeded runs do. Every contender is its own process and reports each epoch's validation accuracy with the
-seconds since that process started, so imports, start-up and the first epoch's costs count. Data sets:
+clock time it ended; the seconds to the target count from the moment this script launched the process, so
+imports, start-up and the first epoch's costs count, and no process's own idea of its start time does. Data sets:
   digits     scikit-learn's 1,797 handwritten digits (8x8, scaled to 32 px), 80/20 split; real data nobody here
              made (pip install scikit-learn)
   shapes     fasttrain's built-in generated set (for reference: the recipe was not tuned on the others)
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -69,19 +71,22 @@ def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: i
     cmd = [sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
            "--image-size", "32", "--epochs", str(epochs), "--runs-dir", str(work / "runs"), "--run-name", name,
            "--seed", str(seed), "--quiet", *extra]
+    launched = time.time()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600,
                    check=True)
     rows = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
-    return [{"epoch": r["epoch"], "val_acc1": r["val_acc1"], "elapsed_s": r["elapsed_s"]} for r in rows
+    return [{"epoch": r["epoch"], "val_acc1": r["val_acc1"], "elapsed_s": r["time"] - launched} for r in rows
             if r.get("kind") == "epoch"]
 
 
 def run_peer(way: str, data: Path, epochs: int, work: Path) -> list[dict[str, float]]:
     out = work / f"{way}-{len(list(work.glob(f'{way}-*.jsonl')))}.jsonl"
+    launched = time.time()
     subprocess.run([sys.executable, str(HERE / "tta_peer.py"), "--way", way, "--data", str(data), "--epochs",
                     str(epochs), "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                    timeout=3600, check=True)
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return [{**r, "elapsed_s": r["time"] - launched} for r in rows]
 
 
 def reached(rows: list[dict[str, float]], target: float) -> tuple[float, int | None]:

@@ -5,9 +5,10 @@
   lightning  the same recipe through lightning.Trainer(precision="bf16-mixed") with channels_last
              (what an expert sets; Lightning is a benchmark-only dependency: pip install -e '.[bench]')
 
-Each process writes one JSON line per epoch to --out: {"epoch", "val_acc1", "elapsed_s"}, elapsed_s counted from
-the process's own start (psutil), as fasttrain's epoch rows count theirs, so imports and start-up count for
-everyone. The model is timm's resnet18, as `fasttrain train --model resnet18` builds it.
+Each process writes one JSON line per epoch to --out: {"epoch", "val_acc1", "elapsed_s", "time"}: time is
+time.time() when the epoch's validation ended, from which time_to_accuracy.py counts the seconds since it
+launched the process (as for fasttrain's epoch rows), so imports and start-up count for everyone; elapsed_s is
+counted from psutil's process start (informative: on a VM whose boot time is rounded it can be ~1 s early). The model is timm's resnet18, as `fasttrain train --model resnet18` builds it.
 
   python benchmarks/tta_peer.py --way plain --data DIR --epochs 8 --image-size 32 --out FILE
 """
@@ -41,7 +42,8 @@ def loaders(data: str, size: int, batch: int, workers: int):  # noqa: ANN201 - (
 
 def record(out: str, epoch: int, acc: float) -> None:
     with open(out, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"epoch": epoch, "val_acc1": acc, "elapsed_s": time.time() - STARTED}) + "\n")
+        now = time.time()
+        fh.write(json.dumps({"epoch": epoch, "val_acc1": acc, "elapsed_s": now - STARTED, "time": now}) + "\n")
 
 
 def plain(args: argparse.Namespace) -> None:

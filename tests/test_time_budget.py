@@ -174,3 +174,29 @@ def test_estimate_says_what_a_budget_buys(cli) -> None:
     assert buys["images"] == int(buys["epochs"] * forecast["schedule"]["iterations_per_epoch"]
                                  * forecast["schedule"]["batch_size"] * forecast["schedule"]["world_size"])
     assert cli("estimate", "--model", "resnet18", "--time-budget", "soon").code == 2
+
+
+# -- when the process started: the clock of time to accuracy and of a budget ---------------------------------------
+def test_process_age_reads_the_boot_clock_and_refuses_what_does_not_parse() -> None:
+    from fasttrain.train.run.opening import process_age_s
+    rest = " ".join(["0"] * 18)  # fields 3..21 (state, ppid, ..., nice, threads, itrealvalue)
+    stat = f"4242 (odd ) name) S {rest} 150000 0 0\n"  # a name with a space and a ')': field 22 after the last ')'
+    assert process_age_s(stat, "1502.25 3000.00\n", 100) == pytest.approx(2.25)
+    assert process_age_s(stat, "1400.00 1.00\n", 100) is None      # started after "now": the files disagree
+    assert process_age_s("garbage", "1502.25 3000.00\n", 100) is None
+    assert process_age_s(stat, "", 100) is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only (elsewhere psutil's create_time)")
+def test_the_process_start_is_the_launch_a_parent_sees() -> None:
+    """psutil's create_time adds a boot time given in whole seconds (0.76 s early on this project's VM): a budget
+    and a time to accuracy counted from it were that much too long."""
+    import subprocess
+    import sys
+    import time
+    code = "from fasttrain.train.run.opening import process_started_at; print(repr(process_started_at()))"
+    for _ in range(2):
+        before = time.time()
+        started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+        assert before - 0.05 <= started <= before + 0.5, (started - before)
