@@ -1,6 +1,7 @@
 """A list of image files held decoded in RAM as one padded uint8 tensor: decoded the first time a batch draws
-each image (in threads when the images are large enough to repay them), augmented a whole batch at a time (datasets/batch_augment.py), saved once complete
-(datasets/pixel_cache.py). Whether a set is held this way at all is datasets/decoded.py's choice."""
+each image (in threads when the images are large enough to repay them), augmented a whole batch at a time
+(datasets/batch_augment.py), saved once complete (datasets/pixel_cache.py). Whether a set is held this way at all
+is datasets/decoded.py's choice."""
 from __future__ import annotations
 
 import statistics
