@@ -100,6 +100,30 @@ def test_advice_names_the_measurement_or_says_unmeasured() -> None:
     assert advise("compile", True, []).suggest and "unmeasured" in advise("compile", True, []).text
 
 
+def test_a_trial_that_turned_a_setting_off_is_not_contradicted_by_the_advice() -> None:
+    """Recorded on the 2-core VM: efficientnet_b0 at 32 px on the `cpu` preset, the trial timed the plan (bf16
+    autocast) at 0.162 s a step and fp32 at 0.084 s, and trained in fp32; the end-of-run verdict then said
+    `still off here: --set speed.precision=bf16-mixed (autocast: unmeasured here ...)`. The trial's measurement of
+    fp32 against bf16 also measures bf16 against fp32."""
+    trial = [Measurement("precision", "fp32", round(0.162 / 0.084, 3), "train trial", "2026-11-25",
+                         "vs precision=bf16-mixed", against="bf16-mixed")]
+    a = advise("precision", "bf16-mixed", trial)
+    assert not a.suggest and a.measured is not None and a.measured.ratio == pytest.approx(0.084 / 0.162, abs=1e-3)
+    assert a.text.startswith("autocast=bf16-mixed: 0.52x here (train trial") and "vs autocast=fp32" in a.text
+    assert advise("precision", "fp32", trial).suggest
+    plan = make_plan(presets.resolve("cpu", sets=["speed.precision=fp32"]).profile, cpu_report(), 10_000)
+    report = cpu_report()
+    report.torch.cpu_bf16_fast = True
+    assert "speed.precision=bf16-mixed" in verdict.untapped_speedups(plan, report)      # unmeasured: suggested
+    assert "speed.precision=bf16-mixed" not in verdict.untapped_speedups(plan, report, trial)
+    # a bool measured off against on (the trial's channels_last=False candidate, an older entry without `against`)
+    off = [Measurement("channels_last", False, 0.49, "train trial", "2026-11-25")]
+    assert advise("channels_last", True, off).measured.ratio == pytest.approx(1 / 0.49, abs=1e-3)
+    # the newest measurement wins, whichever side it was taken from
+    later = [*trial, Measurement("precision", "bf16-mixed", 1.21, "train trial", "2026-11-26")]
+    assert advise("precision", "bf16-mixed", later).suggest
+
+
 def test_doctor_bench_and_train_agree_on_one_recorded_cache(cli, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path))

@@ -52,6 +52,9 @@ class Measurement:
     date: str          # YYYY-MM-DD
     detail: str = ""   # e.g. "compile 41 s, saves 0.02 s/step"
     on: str = ""       # what it was measured on, e.g. "tiny_cnn, 32 px, batch 64" (machine_measurements fills it)
+    # The value it was timed against (the trial: the plan's; bench speedups: off). None: False for a bool value,
+    # else unknown. It makes the measurement also say how `against` does (advice.latest: 1 / ratio).
+    against: SettingValue | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
