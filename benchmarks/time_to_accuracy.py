@@ -158,6 +158,7 @@ def main() -> int:
                   "shapes": shapes_folder}
         folders = {d: makers[d]() for d in args.data}
         for data, folder in folders.items():
+            target = target_of(args, data)
             runs: dict[str, list[list[dict[str, float]]]] = {w: [] for w in ways}
             for r in range(args.rounds):
                 order = ways[r % len(ways):] + ways[:r % len(ways)]
@@ -165,8 +166,8 @@ def main() -> int:
                     rows = run_peer(way, folder, args.epochs, work) if way in PEERS else \
                         run_fasttrain(folder, args.epochs, recipes[way], work, seed=r)
                     runs[way].append(rows)
-                    t, e = reached(rows, target_of(args, data))
-                    print(f"# {data} round {r + 1} {way}: {target_of(args, data):.0%} at {t:.1f} s (epoch {e}), "
+                    t, e = reached(rows, target)
+                    print(f"# {data} round {r + 1} {way}: {target:.0%} at {t:.1f} s (epoch {e}), "
                           f"final {rows[-1]['val_acc1']:.4f}", file=sys.stderr, flush=True)
             ok &= report(data, runs, args, recipes)
     return 0 if ok else 1

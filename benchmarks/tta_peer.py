@@ -8,7 +8,8 @@
 Each process writes one JSON line per epoch to --out: {"epoch", "val_acc1", "elapsed_s", "time"}: time is
 time.time() when the epoch's validation ended, from which time_to_accuracy.py counts the seconds since it
 launched the process (as for fasttrain's epoch rows), so imports and start-up count for everyone; elapsed_s is
-counted from psutil's process start (informative: on a VM whose boot time is rounded it can be ~1 s early). The model is timm's resnet18, as `fasttrain train --model resnet18` builds it.
+counted from psutil's process start (informative: on a VM whose boot time is rounded it can be ~1 s early).
+The model is timm's resnet18, as `fasttrain train --model resnet18` builds it.
 
   python benchmarks/tta_peer.py --way plain --data DIR --epochs 8 --image-size 32 --out FILE
 """

@@ -7,7 +7,7 @@ train's verdict all call it. Pure.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fasttrain.core.format import plural
@@ -52,7 +52,6 @@ def _against(m: Measurement) -> SettingValue | None:
 
 def seen_from(m: Measurement, value: SettingValue) -> Measurement:
     """A measurement of `m.value` against `value`, told as `value` against `m.value`. Pure."""
-    from dataclasses import replace
     return replace(m, value=value, ratio=round(1 / m.ratio, 3), against=m.value,
                    detail=f"vs {LABELS.get(m.setting, m.setting)}={m.value}")
 

@@ -179,8 +179,9 @@ def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, 
             continue
         candidate = dataclasses.replace(plan, **{name: value})
         step_s = next(iter(trial.time_plan(candidate, f"{name}={value}").values()))
+        baseline = getattr(plan, name)
         found.append(Measurement(name, value, round(current / step_s, 3), "train trial", today,
-                                 f"vs {name}={getattr(plan, name)}", against=getattr(plan, name)))
+                                 f"vs {name}={baseline}", against=baseline))
         if decide.better(current, step_s):
             plan, current = candidate, step_s
     if "compile" in allowed and not plan.compile:
