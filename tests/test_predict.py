@@ -45,6 +45,37 @@ def test_a_run_leaves_weights_and_what_it_takes_to_use_them(trained) -> None:
     assert summary["model_files"].startswith(str(run / "model.safetensors"))
 
 
+def test_a_run_that_validates_mirrored_loads_as_a_model_that_predicts_mirrored(trained) -> None:
+    """The cpu preset validates each image with its mirror image where flips are on (colour classes: on), so the
+    loaded model averages the same two logits: predictions match what the run's accuracy measured."""
+    import torch
+    from safetensors.torch import load_file
+
+    from fasttrain.models.registry import create_model
+    from fasttrain.models.saved import load_trained
+    run, _ = trained
+    meta = json.loads((run / "model.json").read_text())
+    assert meta["test_flip"] is True
+    loaded, _ = load_trained(run)
+    bare = create_model("tiny_cnn", 3, image_size=16)
+    bare.load_state_dict(load_file(str(run / "model.safetensors")))
+    bare.eval()
+    images = torch.randn(5, 3, 16, 16)
+    with torch.inference_mode():
+        want = (bare(images) + bare(images.flip(-1))) / 2
+        assert torch.allclose(loaded(images), want, atol=1e-5)
+        assert not torch.allclose(bare(images), want, atol=1e-5)  # the mirror changes this model's answer
+    meta["test_flip"] = False
+    (run / "model.json").write_text(json.dumps(meta))
+    try:
+        plain, _ = load_trained(run)
+        with torch.inference_mode():
+            assert torch.allclose(plain(images), bare(images), atol=1e-6)
+    finally:
+        meta["test_flip"] = True
+        (run / "model.json").write_text(json.dumps(meta))
+
+
 def test_predict_writes_a_csv_of_file_class_confidence(cli, trained, tmp_path: Path) -> None:
     run, data = trained
     result = cli("predict", str(run), "--data", str(data / "val"))

@@ -6,6 +6,10 @@ Loading it in your own code (docs/train.md, "Using the trained model"):
 
     from fasttrain.models.saved import load_trained
     model, meta = load_trained("runs/NAME")        # eval mode, on the CPU
+
+A run that validated each image with its mirror image (`augment.test_flip`, meta["test_flip"]) is loaded as a
+module that does the same (mirror_averaged: logits of the image and of its mirror, averaged), so what you get is
+what the run's accuracy measured; its own weights are `model.model`.
 """
 from __future__ import annotations
 
@@ -84,4 +88,20 @@ def load_trained(run: Path | str) -> tuple[torch.nn.Module, dict[str, Any]]:
     except RuntimeError as exc:
         raise UserError([Problem(str(weights), f"the weights do not fit {meta['model']}: {str(exc)[:200]}",
                                  "use the model.json and model.safetensors of the same run")]) from None
-    return model.eval(), meta
+    return (mirror_averaged(model) if meta.get("test_flip") else model).eval(), meta
+
+
+def mirror_averaged(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` behind a forward that averages the logits of each image and of its left-right mirror image: the
+    validation of a run with augment.test_flip (train/loop/validation.py), for predictions that match it."""
+    import torch
+
+    class MirrorAveraged(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = inner
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return (self.model(images).float() + self.model(images.flip(-1)).float()) / 2
+
+    return MirrorAveraged(model)

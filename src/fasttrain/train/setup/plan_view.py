@@ -20,10 +20,24 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "epochs": prep.resolved.profile.optim.epochs,
         "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
         "base_batch": prep.resolved.profile.optim.base_batch,
+        "recipe": recipe_words(prep),
         "plan": p.to_dict(),
         "tuning": _tuning_view(prep),
         "notes": plan_notes(prep),
     }
+
+
+def recipe_words(prep: Prepared) -> str:
+    """The recipe beside the optimizer and LR, in the words of the settings that set it: what a user reads to know
+    how the run trains and validates (the flip check's decision included)."""
+    from fasttrain.train.run.export import validates_mirrored
+    optim, augment = prep.resolved.profile.optim, prep.resolved.profile.augment
+    low, high = augment.random_resized_crop_scale
+    parts = [f"warm-up {optim.warmup_epochs:g} epoch", f"weight decay {optim.weight_decay:g} (not on norms, biases)" if optim.weight_decay else "no weight decay",
+             f"label smoothing {optim.label_smoothing:g}", f"EMA {optim.ema_decay:g}" if optim.ema_decay else "no EMA",
+             f"crop {low:g}-{high:g} of the area", f"flips {augment.hflip:g}" if augment.hflip > 0 else "no flips",
+             "validation with mirror images" if validates_mirrored(prep) else "validation as is"]
+    return ", ".join(parts)
 
 
 def plan_notes(prep: Prepared) -> list[str]:
@@ -102,6 +116,7 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"batch        {p['batch_size']} per device x {p['accumulation_steps']} accumulation x "
         f"{plural(p['world_size'], 'device')} = effective batch {p['effective_batch']}",
         f"LR           {lr}, schedule {view['schedule']}",
+        *([f"recipe       {view['recipe']}"] if view.get("recipe") else []),
         f"workers      {_chosen(p['workers'], p['workers_requested'], p['workers_reason'])}, "
         f"prefetch {p['prefetch_factor'] if p['prefetch_factor'] is not None else 'none (no workers)' if not p['workers'] else 'auto (2)'}"
         f", pin_memory={p['pin_memory']}",
