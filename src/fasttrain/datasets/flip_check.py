@@ -38,15 +38,38 @@ class MirrorTest:
     @property
     def handed(self) -> bool:
         """Mirroring clearly costs the classifier: the classes have a left and a right, so flips would mislabel."""
-        drop = self.accuracy - self.mirrored
-        noise = math.sqrt((self.accuracy * (1 - self.accuracy) + self.mirrored * (1 - self.mirrored))
-                          / max(1, self.images))
-        return drop > MIN_SIGMAS * noise and drop > MIN_SHARE * max(0.0, self.accuracy - self.chance) \
-            and drop >= MIN_DROP
+        return clear_loss(self.accuracy, self.mirrored, self.chance, self.images)
 
     def words(self) -> str:
         return (f"a nearest-class-mean test on {self.images} training images scores {self.accuracy:.0%} as they are "
                 f"and {self.mirrored:.0%} mirrored (chance {self.chance:.0%})")
+
+
+def clear_loss(accuracy: float, changed: float, chance: float, images: int) -> bool:
+    """A change to the images (a mirror, a crop) clearly costs the classifier: at least MIN_DROP points, a
+    MIN_SHARE of what it reads above chance, and MIN_SIGMAS standard errors clear of noise. Pure."""
+    drop = accuracy - changed
+    noise = math.sqrt((accuracy * (1 - accuracy) + changed * (1 - changed)) / max(1, images))
+    return drop > MIN_SIGMAS * noise and drop > MIN_SHARE * max(0.0, accuracy - chance) and drop >= MIN_DROP
+
+
+def class_means(thumbs: np.ndarray, labels: np.ndarray, classes: int) -> np.ndarray:
+    """classes x pixels: each class's mean thumbnail, rows normalised (a class without images stays zero)."""
+    x = normalised(thumbs.reshape(len(thumbs), -1).astype(np.float64))
+    means = np.zeros((classes, x.shape[1]))
+    for c in range(classes):
+        members = x[labels == c]
+        if len(members):
+            means[c] = members.mean(0)
+    return normalised(means)
+
+
+def nearest_mean_accuracy(means: np.ndarray, thumbs: np.ndarray, labels: np.ndarray) -> float:
+    """Share of `thumbs` whose nearest class mean (cosine) is their own class; 0.0 for none."""
+    if not len(thumbs):
+        return 0.0
+    x = normalised(thumbs.reshape(len(thumbs), -1).astype(np.float64))
+    return float(np.mean(np.argmax(x @ means.T, 1) == labels))
 
 
 def mirror_test(thumbs: np.ndarray, labels: np.ndarray, classes: int) -> MirrorTest:
@@ -55,26 +78,23 @@ def mirror_test(thumbs: np.ndarray, labels: np.ndarray, classes: int) -> MirrorT
     what is wrong with the files)."""
     if len(thumbs) < 2:
         return MirrorTest(0.0, 0.0, 1.0 / max(1, classes), 0)
-    x = thumbs.reshape(len(thumbs), -1).astype(np.float64)
-    mirrored = thumbs[:, :, ::-1].reshape(len(thumbs), -1).astype(np.float64)
     fit = np.arange(len(labels)) % 2 == 0
-    a, b = _normalised(x), _normalised(mirrored)
-    means = np.zeros((classes, a.shape[1]))
-    for c in range(classes):
-        members = a[fit & (labels == c)]
-        if len(members):
-            means[c] = members.mean(0)
-    means = _normalised(means)
-    held, truth = ~fit, labels[~fit]
-    accuracy = float(np.mean(np.argmax(a[held] @ means.T, 1) == truth)) if held.any() else 0.0
-    flipped = float(np.mean(np.argmax(b[held] @ means.T, 1) == truth)) if held.any() else 0.0
-    return MirrorTest(accuracy, flipped, 1.0 / max(1, classes), int(held.sum()))
+    means = class_means(thumbs[fit], labels[fit], classes)
+    held, truth = thumbs[~fit], labels[~fit]
+    return MirrorTest(nearest_mean_accuracy(means, held, truth), nearest_mean_accuracy(means, held[:, :, ::-1], truth),
+                      1.0 / max(1, classes), int(len(held)))
 
 
-def _normalised(x: np.ndarray) -> np.ndarray:
+def normalised(x: np.ndarray) -> np.ndarray:
     """Each row centred and scaled to unit length: brightness and contrast do not decide the class."""
     x = x - x.mean(1, keepdims=True)
     return x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-9)
+
+
+def shrunk(thumbs: np.ndarray) -> np.ndarray:
+    """N x H x W -> N x H/2 x W/2 by 2 x 2 means (one 32 px sample serves both checks: 16 px for the mirror)."""
+    n, h, w = thumbs.shape
+    return thumbs[:, :h // 2 * 2, :w // 2 * 2].astype(np.float64).reshape(n, h // 2, 2, w // 2, 2).mean((2, 4))
 
 
 def sample_thumbs(samples: list[tuple[str, int]], *, seed: int = 0, n: int = SAMPLE,

@@ -54,14 +54,14 @@ def prepare(given: TrainArgs) -> Prepared:
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
-    resolved, flip_note = _check_flips(args, resolved)
+    resolved, data_notes = _check_data(args, resolved)
     resolved, budget_note = _budget_schedule(args, resolved)
     bundle = _open_data(args, resolved, report)
     model_name = args.model or _default_model(args.data, bundle.kind)
     from fasttrain.models.registry import check_model_input
     check_model_input(model_name, resolved.profile.loader.image_size, bundle.num_classes)  # on meta: no memory
     resolved, report, plan = _plan_run(args, resolved, report, bundle, model_name, world, resume,
-                                       [n for n in (flip_note, budget_note) if n])
+                                       [*data_notes, *([budget_note] if budget_note else [])])
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
@@ -95,25 +95,44 @@ def _budget_schedule(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str
         f"the {optim.schedule} LR", "the cosine LR (not the preset's " + optim.schedule + ")")
 
 
-def _check_flips(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str | None]:
-    """Horizontal flips measured against the data of an image folder (datasets/flip_check.py): a preset's flips
-    are turned off for data whose classes have a handedness (digits, letters); flips the user asked for stay, with
-    a warning. -> (the profile, the plan's note or None)."""
-    hflip = resolved.profile.augment.hflip
-    if hflip <= 0 or args.data in DEFAULT_MODELS or ":" in args.data or not Path(args.data).is_dir():
-        return resolved, None
-    from fasttrain.datasets.flip_check import mirror_test, sample_thumbs
+def _check_data(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, list[str]]:
+    """Flips and the crop's scale measured against the data of an image folder, on one sample of thumbnails
+    (datasets/flip_check.py, datasets/crop_check.py): a preset's flips are turned off for data whose classes have
+    a handedness (digits, letters), a preset's crop made gentler where its crops cut the class away (small images
+    the class fills); what the user set stays, with a warning. -> (the profile, the plan's notes)."""
+    augment = resolved.profile.augment
+    if args.data in DEFAULT_MODELS or ":" in args.data or not Path(args.data).is_dir():
+        return resolved, []
+    from fasttrain.datasets.crop_check import crop_test
+    from fasttrain.datasets.flip_check import mirror_test, sample_thumbs, shrunk
     from fasttrain.datasets.image_folder import find_splits
     classes, train, _ = find_splits(Path(args.data), seed=args.seed, val_fraction=0.1)
-    thumbs, labels = sample_thumbs(train, seed=args.seed)
-    test = mirror_test(thumbs, labels, len(classes))
-    if not test.handed:
-        return resolved, None
-    if resolved.user_set("augment.hflip"):
-        return resolved, (f"warning: augment.hflip={hflip:g} (yours) mirrors images whose classes look handed: "
-                          f"{test.words()}; digits or text? --set augment.hflip=0")
-    note = f"augment: flips off, the classes look handed ({test.words()}); --set augment.hflip=0.5 to keep them"
-    return resolved.with_flags({"augment.hflip": ("flip check", 0.0)}), note
+    thumbs, labels = sample_thumbs(train, seed=args.seed, size=32)
+    flags, notes = {}, []
+    hflip = augment.hflip
+    test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
+    if test is not None and test.handed:
+        if resolved.user_set("augment.hflip"):
+            notes.append(f"warning: augment.hflip={hflip:g} (yours) mirrors images whose classes look handed: "
+                         f"{test.words()}; digits or text? --set augment.hflip=0")
+        else:
+            flags["augment.hflip"] = ("flip check", 0.0)
+            notes.append(f"augment: flips off, the classes look handed ({test.words()}); --set augment.hflip=0.5 to "
+                         "keep them")
+    low, high = augment.random_resized_crop_scale
+    crops = crop_test(thumbs, labels, len(classes), low, seed=args.seed) if low < min(high, 1.0) else None
+    safe = crops.smallest_safe(low) if crops is not None else low
+    if crops is not None and safe > low:
+        if resolved.user_set("augment.random_resized_crop_scale"):
+            notes.append(f"warning: augment.random_resized_crop_scale=[{low:g}, {high:g}] (yours) cuts the class away: "
+                         f"{crops.words(low)}; --set augment.random_resized_crop_scale=[{safe:g},{high:g}]")
+        else:
+            gentler = (safe, max(safe, high))
+            flags["augment.random_resized_crop_scale"] = ("crop check", gentler)
+            notes.append(f"augment: crops of at least {safe:.0%} of the area (not {low:.0%}): the class fills the "
+                         f"image ({crops.words(low)}); --set augment.random_resized_crop_scale=[{low:g},{high:g}] "
+                         "to keep the preset's")
+    return (resolved.with_flags(flags) if flags else resolved), notes
 
 
 def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> DataBundle:
