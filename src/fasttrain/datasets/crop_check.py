@@ -2,16 +2,16 @@
 
 A random-resized crop is an augmentation only while the crop still shows its class. In a photograph of texture
 or of an object in a scene, a crop of 60% of the area still does; in a small image whose class fills the frame
-(scikit-learn's digits: 8 x 8 pixels upscaled) it cuts a 7's bar or a 9's loop away, and the run pays in epochs:
-over seeds 0-5, `[0.6, 1.0]` reached 97% at epochs 4/3/4/4/3/3 and the crop this check picks (70%; 80% for seed 5) at 4/3/3/3/4/3,
-final accuracy unchanged (docs/benchmarks.md, "Recipe": a small gain, within the seeds' spread; the check is
-there to choose safely). The test is the flip check's classifier (flip_check.py: nearest class mean over grey thumbnails,
-class means from one half of the sample): the other half scored whole and as random square crops of each
-candidate area, resized back. A crop scale whose crops clearly cost it (flip_check.clear_loss: 15 points, a
-quarter of what it reads above chance, 3 standard errors) is raised to the smallest candidate that does not.
-Digits: 90% whole, 84% at 0.8 of the area, 55-62% at 0.6; photographs: 23-24% at every area (nothing to lose).
-Where the classifier reads nothing (the built-in shapes: 14-16%, chance 11%) there is no evidence, and the
-preset's crop stays.
+(scikit-learn's digits: 8 x 8 pixels upscaled) it cuts a 7's bar or a 9's loop away. Over seeds 0-5 on digits,
+`[0.6, 1.0]` reached 97% at epochs 4/3/4/4/3/3 and the crop this check picks (70%; 80% for seed 5) at
+4/3/3/3/4/3, final accuracy unchanged (docs/benchmarks.md, "Recipe": a small gain, within the seeds' spread;
+the check is there to choose safely). The test is the flip check's classifier (flip_check.py: nearest class
+mean over grey thumbnails, class means from one half of the sample): the other half scored whole and as random
+square crops of each candidate area, resized back. A crop scale whose crops clearly cost it
+(flip_check.clear_loss: 15 points, a quarter of what it reads above chance, 3 standard errors) is raised to the
+smallest candidate that does not. Digits: 88-91% whole, 82-85% at 0.8 of the area, 70-73% at 0.7, 53-58% at 0.6;
+photographs: 20-25% at every area (nothing to lose). Where the classifier reads nothing (the built-in shapes:
+13-15%, chance 11%) there is no evidence, and the preset's crop stays.
 """
 from __future__ import annotations
 
