@@ -114,6 +114,13 @@ class AugmentSpec(_Section):
     translate: float = Field(0.0, ge=0, lt=1, description="fraction of the image")
     random_erasing: float = Field(0.0, ge=0, le=1, description="probability")
 
+    @property
+    def validates_mirrored(self) -> bool:
+        """Validation (and the model files' predictions) average each image with its mirror image: asked for
+        (test_flip) and valid for this data (flips on: a mirror image shows the same class; the flip check turns
+        flips off for handed data)."""
+        return self.test_flip and self.hflip > 0
+
     @field_validator("random_resized_crop_scale")
     @classmethod
     def _crop_scale_range(cls, value: tuple[float, float]) -> tuple[float, float]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fasttrain.core.given import is_given
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
-from fasttrain.train.run.export import validates_mirrored, write_model_files
+from fasttrain.train.run.export import write_model_files
 from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
                                          run_summary)
 from fasttrain.train.setup.plan_view import must_know, opening_notes, plan_notes
@@ -175,7 +175,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     options = LoopOptions(budget=pace, on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
                           launched_at=run.launched_at,
-                          test_flip=validates_mirrored(prep),
+                          test_flip=profile.augment.validates_mirrored,
                           before_step=thread_ab.hook(prep, run.tuning, listener.on_message) if run.dist is None else None)
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
                         checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)

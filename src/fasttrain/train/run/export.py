@@ -24,7 +24,7 @@ def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) ->
         meta = {"model": prep.model_name, "num_classes": bundle.num_classes, "class_names": list(bundle.class_names),
                 "image_size": plan.image_size, "mean": list(MEAN), "std": list(STD), "crop_pct": CROP_PCT,
                 "channels_last": plan.channels_last, "from": source.name,
-                "test_flip": validates_mirrored(prep),
+                "test_flip": prep.resolved.profile.augment.validates_mirrored,
                 "epoch": summary.get("best_epoch") if source.name == "best.pt" else summary.get("epochs_run"),
                 "val_acc1": summary.get("best_val_acc1") if source.name == "best.pt" else summary.get("final_val_acc1")}
         save_trained(run_dir, state, meta)
@@ -34,9 +34,3 @@ def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) ->
         return None
     return f"{run_dir / WEIGHTS_FILE} + {META_FILE} (from {source.name})"
 
-
-def validates_mirrored(prep: Prepared) -> bool:
-    """Whether the run validates each image with its mirror image: asked for (augment.test_flip) and valid for
-    this data (flips on: a mirror image shows the same class; the flip check turns them off for handed data)."""
-    augment = prep.resolved.profile.augment
-    return bool(augment.test_flip and augment.hflip > 0)

@@ -30,14 +30,13 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
 def recipe_words(prep: Prepared) -> str:
     """The recipe beside the optimizer and LR, in the words of the settings that set it: what a user reads to know
     how the run trains and validates (the flip and crop checks' decisions included)."""
-    from fasttrain.train.run.export import validates_mirrored
     optim, augment = prep.resolved.profile.optim, prep.resolved.profile.augment
     low, high = augment.random_resized_crop_scale
     decay = f"weight decay {optim.weight_decay:g} (not on norms, biases)" if optim.weight_decay else "no weight decay"
     parts = [f"warm-up {optim.warmup_epochs:g} epoch", decay,
              f"label smoothing {optim.label_smoothing:g}", f"EMA {optim.ema_decay:g}" if optim.ema_decay else "no EMA",
              f"crop {low:g}-{high:g} of the area", f"flips {augment.hflip:g}" if augment.hflip > 0 else "no flips",
-             "validation with mirror images" if validates_mirrored(prep) else "validation as is"]
+             "validation with mirror images" if augment.validates_mirrored else "validation as is"]
     return ", ".join(parts)
 
 
