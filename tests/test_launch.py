@@ -126,3 +126,35 @@ def test_a_worker_killed_by_a_signal_is_named_by_its_global_rank(capsys) -> None
     code = launch._failed_exit_code(ChildFailedError("fasttrain", {0: late, 3: early}))
     assert code == 134
     assert "fasttrain: worker rank 3 was killed by signal 6" in capsys.readouterr().err
+
+
+def _agent_interrupted_inside_torchs_metrics_wrapper(sig: int) -> None:
+    """What torch's `metrics.prof` wrapper does when the signal lands between its `try:` and `start = ...`:
+    the signal handler's SignalException is replaced by an UnboundLocalError from its `finally`."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    try:
+        raise SignalException(f"Process {1} got signal: {sig}", sigval=sig)
+    finally:
+        start = locals()["start"]  # KeyError stands in for the UnboundLocalError: same chain, one frame
+        print(start)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(15, 0), (2, 130)])
+def test_a_signal_hidden_by_torchs_metrics_wrapper_is_still_a_clean_stop(monkeypatch, sig: int, code: int) -> None:  # noqa: ANN001
+    """Seen in CI: SIGTERM to the launcher printed a traceback and exited 1, because torch's wrapper masked the
+    SignalException. The agent had shut the workers down all the same; the launcher reports the stop."""
+    import signal as signal_module
+    import torch.distributed.run as torch_run
+    monkeypatch.setattr(torch_run, "run", lambda _args: _agent_interrupted_inside_torchs_metrics_wrapper(
+        signal_module.Signals(sig)))
+    assert launch.launch(LaunchSpec(2), ["train"]) == code
+
+
+def test_an_error_without_a_signal_behind_it_is_not_taken_for_a_stop(monkeypatch) -> None:  # noqa: ANN001
+    import torch.distributed.run as torch_run
+
+    def broken(_args: object) -> None:
+        raise RuntimeError("something else")
+    monkeypatch.setattr(torch_run, "run", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        launch.launch(LaunchSpec(2), ["train"])

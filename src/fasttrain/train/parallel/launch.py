@@ -139,9 +139,15 @@ def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | N
         return _failed_exit_code(exc)
     except SignalException as exc:
         # The workers got the same signal from the agent and stopped at an agreed step (rank 0 said where).
-        import signal
-        return 130 if exc.sigval == signal.SIGINT else 0
+        return _signal_exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - rendezvous failures come as several exception types
+        signalled = _signal_in_chain(exc, SignalException)
+        if signalled is not None:
+            # torch's metrics wrapper (elastic/metrics/api.py, `prof`) has a `finally` that reads a local set
+            # inside its `try`: a signal landing between the two turns the SignalException into an
+            # UnboundLocalError. The agent still shut the workers down (its own `finally`), so this is the
+            # same stop; seen once in CI as a traceback and exit 1.
+            return _signal_exit_code(signalled)
         if _is_rendezvous_failure(exc):
             raise UserError([Problem("--rdzv-endpoint", f"the nodes did not meet at {spec.rdzv_endpoint} within "
                                      f"{spec.rdzv_timeout_s} s ({_first_line(exc)})",
@@ -159,6 +165,24 @@ def _quiet_agent_logs() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _signal_exit_code(exc: BaseException) -> int:
+    """130 for Ctrl-C, as the shell reports it; 0 for SIGTERM (a preemption the run survived, checkpoint written)."""
+    import signal
+    return 130 if getattr(exc, "sigval", None) == signal.SIGINT else 0
+
+
+def _signal_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first `kind` exception among `exc` and those it was raised from or while handling, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _failed_exit_code(exc: BaseException) -> int:
