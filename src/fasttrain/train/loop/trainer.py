@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fasttrain.train.events import Collaborators
-from fasttrain.train.loop.budget import BudgetPace
 from fasttrain.train.loop.checkpointing import Checkpointer, restore_rank_rng
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
 from fasttrain.train.loop.divergence import check as check_divergence
 from fasttrain.train.loop.epoch_row import epoch_figures
 from fasttrain.train.loop.epoch_sums import EpochSums, take_back
+from fasttrain.train.loop.heap import long_lived_objects_frozen
+from fasttrain.train.loop.options import LoopOptions
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.loop.step import StepEngine, StepOutcome
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
@@ -35,19 +36,6 @@ if TYPE_CHECKING:
     from fasttrain.train.signals.lifecycle import GracefulStop
 
 __all__ = ["FitResult", "Interrupted", "LoopOptions", "Trainer"]
-
-
-@dataclass(frozen=True)
-class LoopOptions:
-    log_interval_s: float = 1.0       # seconds between logged steps (a logged step reads the device back)
-    on_nan: str = "stop"              # "stop": MAX_NONFINITE_STREAK bad steps in a row end the run; "skip"
-    save_every_s: float | None = None  # a mid-epoch checkpoint this often (seconds); None: at epoch ends only
-    patience: int | None = None       # epochs without a better val acc@1 before stopping early
-    before_step: Callable[[int], None] | None = None  # called with the batch index (the thread A/B's hook)
-    extras: Callable[[int], RunExtras] | None = None  # the run's part of a checkpoint (arg: batches this pass)
-    launched_at: float | None = None  # time.time() when the process started: each epoch row's elapsed_s counts from it
-    budget: BudgetPace | None = None  # a time budget: when training stops, where the LR schedule ends
-    test_flip: bool = False           # validate each image with its mirror image (augment.test_flip, flips valid)
 
 
 class Trainer:
@@ -183,7 +171,6 @@ class Trainer:
         # Fail in seconds, not after a whole epoch, when validation is broken: 2 batches first.
         sanity = self.validate(val_loader, max_batches=2) if val_loader is not None else None
         self._result = FitResult(self.progress, sanity=sanity, notes=self.notes)
-        stopped_early = False
         if self._resumed is not None:  # after the sanity check: the next batch sees what it saw before
             restore_rank_rng(self._resumed, self.dist)
         if self.options.budget is not None:
@@ -191,40 +178,49 @@ class Trainer:
         if self.io.telemetry is not None:
             self.io.telemetry.start()
         try:
-            for epoch in range(start.finished_epochs, epochs):
-                if set_epoch is not None:
-                    set_epoch(epoch)
-                epoch_started, steps_before = time.perf_counter(), self.engine.schedule.step
-                first = start.batch if epoch == start.epoch and start.batch > 0 else 0
-                partial = self._resumed.partial if first and self._resumed is not None else None
-                row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
-                row.update(self._validation_row(val_loader, epoch))
-                row.update(epoch_figures(self.engine.schedule.current(), self.io, self.options.launched_at))
-                self.engine.schedule.epoch_end(row.get("val_loss"))
-                pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
-                self.batch_in_epoch = 0
-                if self.progress.add_epoch(row) and self.io.checkpoints is not None:
-                    self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
-                stopped_early = self.progress.out_of_patience(self.options.patience)
-                spent = self._budget_spent(row, time.perf_counter() - epoch_started, steps_before)
-                stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
-                self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
-                                 final=stop or stopped_early or spent or epoch + 1 >= epochs)
-                self.listeners.on_epoch_end(row)
-                check_divergence(self.progress.history, self.last_good)  # a loss that runs away: exit 1
-                if spent:
-                    break
-                if stopped_early:
-                    self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for "
-                               f"{self.options.patience} epochs")
-                    break
-                if stop:
-                    raise self.control.interrupted(self.last_good, epoch + 1, 0, self.engine.schedule.step)
+            with long_lived_objects_frozen():  # no 0.2 s walk of the imports' objects mid-run (heap.py)
+                stopped_early = self._epochs(train_loader, val_loader, epochs, start, set_epoch)
         finally:
             if self.io.telemetry is not None:
                 self.io.telemetry.stop()
         self._result = replace(self._result, stopped_early=stopped_early, wall_s=time.perf_counter() - started)
         return self._result
+
+    def _epochs(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None, epochs: int, start: Position,
+                set_epoch: Callable[[int], None] | None) -> bool:
+        """Train and validate from `start` to `epochs`; checkpoints, early stop, budget, stop requests.
+        -> whether patience ran out."""
+        stopped_early = False
+        for epoch in range(start.finished_epochs, epochs):
+            if set_epoch is not None:
+                set_epoch(epoch)
+            epoch_started, steps_before = time.perf_counter(), self.engine.schedule.step
+            first = start.batch if epoch == start.epoch and start.batch > 0 else 0
+            partial = self._resumed.partial if first and self._resumed is not None else None
+            row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
+            row.update(self._validation_row(val_loader, epoch))
+            row.update(epoch_figures(self.engine.schedule.current(), self.io, self.options.launched_at))
+            self.engine.schedule.epoch_end(row.get("val_loss"))
+            pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
+            self.batch_in_epoch = 0
+            if self.progress.add_epoch(row) and self.io.checkpoints is not None:
+                self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
+            stopped_early = self.progress.out_of_patience(self.options.patience)
+            spent = self._budget_spent(row, time.perf_counter() - epoch_started, steps_before)
+            stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
+            self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
+                             final=stop or stopped_early or spent or epoch + 1 >= epochs)
+            self.listeners.on_epoch_end(row)
+            check_divergence(self.progress.history, self.last_good)  # a loss that runs away: exit 1
+            if spent:
+                break
+            if stopped_early:
+                self._warn(f"early stop after epoch {epoch + 1}: no better val acc@1 for "
+                           f"{self.options.patience} epochs")
+                break
+            if stop:
+                raise self.control.interrupted(self.last_good, epoch + 1, 0, self.engine.schedule.step)
+        return stopped_early
 
     def _end_estimate(self, sanity: dict[str, Any] | None, val_loader: Iterable[Any] | None) -> float:
         """Seconds the end of a budgeted run needs: a whole validation (the 2-batch sanity check scaled up) and
