@@ -180,3 +180,25 @@ def test_a_too_small_share_names_the_processes(cli, tmp_path: Path) -> None:
               "--set", "loader.batch_size=16")
     assert res.code == 2, res.out
     assert "each process's share" in res.err and "for each of 4 processes" in res.err
+
+
+def test_a_runs_own_forecast_times_the_cpu_quickly_and_estimate_does_not(cli, setup, tmp_path: Path,  # noqa: ANN001
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every second before the first step counts against time to accuracy: the run's forecast (dashboard, trial
+    go/no-go) takes cpu_ceiling's short windows; `estimate`, whose accuracy is benchmarked, the long ones."""
+    from fasttrain.estimate import cpu_ceiling
+    windows: list[float] = []
+    real = cpu_ceiling.measure
+
+    def spy(*args: object, **kwargs: object) -> object:
+        windows.append(kwargs.get("window_s", args[3] if len(args) > 3 else cpu_ceiling.WINDOW_S))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(cpu_ceiling, "measure", spy)
+    data, profile = setup
+    res = cli("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn", "--epochs", "1",
+              "--runs-dir", str(tmp_path / "runs"))
+    assert res.code == 0, res.err
+    assert windows == [cpu_ceiling.QUICK_WINDOW_S]
+    res = cli("estimate", "--profile", str(profile), "--model", "tiny_cnn", "--dataset-size", "100")
+    assert res.code == 0, res.err
+    assert windows[1:] == [cpu_ceiling.WINDOW_S]

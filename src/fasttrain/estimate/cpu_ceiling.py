@@ -1,5 +1,6 @@
 """Measure this CPU's ceilings once per process: matmul and conv FLOP/s, copy bandwidth and the per-weight-byte
-cost of a small convolution (about 0.5 s in all).
+cost of a small convolution (about 0.3 s in all for `estimate`; 0.1 s with the quick windows a run's own forecast
+uses).
 
 A CPU has no spec sheet we could trust (turbo, SMT, cgroup quotas, neighbours), so `estimate` measures
 instead. Mean time per call over short windows; the thread count, dtype and memory layout training will use.
@@ -31,9 +32,17 @@ class CpuCeiling:
         return asdict(self) | {"peak_flops": self.peak_flops}
 
 
-def _time_per_call(fn, budget_s: float = 0.06) -> float:
-    """Mean seconds per call over a ~60 ms window, not the best call: on a shared machine the time slices that
-    neighbours take show up here just as they will in training steps."""
+# Seconds each probe is timed for. `estimate` (whose accuracy benchmarks/estimate_accuracy.py checks) takes the
+# longer window; a run's own forecast only informs the dashboard and the trial's go/no-go, and every second before
+# the first step counts against its time to accuracy: 20 ms windows measured 0.11 s in all instead of 0.27 s, with
+# run-to-run spread of 2-5% instead of 1-7% and medians within 4% (conv weight cost 7%), 8 interleaved rounds.
+WINDOW_S = 0.06
+QUICK_WINDOW_S = 0.02
+
+
+def _time_per_call(fn, budget_s: float = WINDOW_S) -> float:
+    """Mean seconds per call over a `budget_s` window (at least 3 calls), not the best call: on a shared machine
+    the time slices that neighbours take show up here just as they will in training steps."""
     fn()  # warm-up: allocation, oneDNN primitive creation
     calls, started = 0, time.perf_counter()
     while True:
@@ -57,10 +66,12 @@ SMALL_CONV = {"batch": 8, "channels": 512, "pixels": 2}
 
 
 @functools.lru_cache(maxsize=4)
-def measure(threads: int | None = None, dtype: str = "float32", channels_last: bool = False) -> CpuCeiling:
+def measure(threads: int | None = None, dtype: str = "float32", channels_last: bool = False,
+            window_s: float = WINDOW_S) -> CpuCeiling:
     """threads: what training will use (model_setup.cpu_threads); None = torch's current setting.
     dtype: the autocast dtype of the plan (bf16 matmuls run 2-4x faster on CPUs with AVX512-BF16/AMX).
-    channels_last: the plan's memory layout (the small-conv probe runs in it: oneDNN's reorders differ)."""
+    channels_last: the plan's memory layout (the small-conv probe runs in it: oneDNN's reorders differ).
+    window_s: how long each probe is timed (WINDOW_S, or QUICK_WINDOW_S for a run's own forecast)."""
     import torch
 
     from fasttrain.models.cpu_allocator import keep_freed_memory
@@ -70,12 +81,12 @@ def measure(threads: int | None = None, dtype: str = "float32", channels_last: b
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _measure(started, dtype, channels_last)
+        return _measure(started, dtype, channels_last, window_s)
     finally:
         torch.set_num_threads(previous)
 
 
-def _small_conv_seconds(dtype, channels_last: bool) -> tuple[float, float, float]:
+def _small_conv_seconds(dtype, channels_last: bool, window_s: float) -> tuple[float, float, float]:
     """Forward + backward (input and weight gradients) of a 1x1 conv on a 2x2 map. -> seconds, FLOPs, weight bytes."""
     import torch
     n, c, p = SMALL_CONV["batch"], SMALL_CONV["channels"], SMALL_CONV["pixels"]
@@ -89,24 +100,24 @@ def _small_conv_seconds(dtype, channels_last: bool) -> tuple[float, float, float
 
     forward_flops = 2 * n * p * p * c * c
     weight_bytes = 3 * w.numel() * w.element_size()  # forward: read w; backward: read w, write its gradient
-    return _time_per_call(step), 3 * forward_flops, weight_bytes
+    return _time_per_call(step, window_s), 3 * forward_flops, weight_bytes
 
 
-def _measure(started: float, dtype_name: str, channels_last: bool = False) -> CpuCeiling:
+def _measure(started: float, dtype_name: str, channels_last: bool, window_s: float) -> CpuCeiling:
     import torch
     dtype = getattr(torch, dtype_name)
     with torch.no_grad():
         n = 512
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        matmul = 2 * n**3 / _time_per_call(lambda: a @ b)
+        matmul = 2 * n**3 / _time_per_call(lambda: a @ b, window_s)
         x = torch.randn(8, 64, 28, 28, dtype=dtype)
         w = torch.randn(64, 64, 3, 3, dtype=dtype)
         conv_flops = 2 * 8 * 64 * 28 * 28 * 64 * 9
-        conv = conv_flops / _time_per_call(lambda: torch.nn.functional.conv2d(x, w, padding=1))
+        conv = conv_flops / _time_per_call(lambda: torch.nn.functional.conv2d(x, w, padding=1), window_s)
         src = torch.randn(8 * 2**20 // 4 * 4)  # 32 MiB: well past the caches
         dst = torch.empty_like(src)
-        bandwidth = 2 * src.numel() * 4 / _time_per_call(lambda: dst.copy_(src))  # read + write
-    seconds, flops, weight_bytes = _small_conv_seconds(dtype, channels_last)
+        bandwidth = 2 * src.numel() * 4 / _time_per_call(lambda: dst.copy_(src), window_s)  # read + write
+    seconds, flops, weight_bytes = _small_conv_seconds(dtype, channels_last, window_s)
     weight_cost = conv_weight_cost(seconds, flops, conv, weight_bytes)
     return CpuCeiling(matmul, conv, bandwidth, weight_cost, torch.get_num_threads(), dtype_name,
                       time.perf_counter() - started)

@@ -102,9 +102,10 @@ class Target:
 
 
 def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | None, dataset_size: int,
-               force_local: bool = False, in_memory: str | None = None) -> Target:
+               force_local: bool = False, in_memory: str | None = None, quick: bool = False) -> Target:
     """Plan + ceilings for the profile's GPU (or --gpu), or for this machine when there is no GPU to price.
-    `in_memory`: data decoded once into RAM on this CPU (only this machine's CPU plan takes it)."""
+    `in_memory`: data decoded once into RAM on this CPU (only this machine's CPU plan takes it).
+    `quick`: this CPU's ceilings timed over short windows (a run's own forecast: cpu_ceiling.QUICK_WINDOW_S)."""
     gpu_name = None if force_local else (gpu_flag or profile.hardware.gpu)
     if gpu_name:
         spec = gpus.get_gpu(gpu_name, where="--gpu" if gpu_flag else "hardware.gpu")
@@ -128,7 +129,8 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
     from fasttrain.estimate import cpu_ceiling
     plan = make_plan(profile, local, dataset_size, in_memory=in_memory)
-    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last)
+    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last,
+                                  cpu_ceiling.QUICK_WINDOW_S if quick else cpu_ceiling.WINDOW_S)
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
                                    conv_weight_s_per_byte=ceiling.conv_weight_s_per_byte)
     return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
@@ -163,11 +165,12 @@ def model_cost(model: str, image_size: int, num_classes: int, precision: str) ->
 
 def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, gpu_flag: str | None = None,
                  force_local: bool = False, warning: HostWarning | None = None,
-                 estimate_loader: bool = True) -> tuple[Forecast, Target]:
+                 estimate_loader: bool = True, quick: bool = False) -> tuple[Forecast, Target]:
     """The forecast of the plan on its target. Without --data, a GPU target's input pipeline is estimated from
     this CPU's decode rate (decode_rate.py: measured once, cached); estimate_loader=False skips that (train's
-    dashboard forecast, which wants the GPU's images/s only)."""
-    target = target_for(profile, gpu_flag, local, req.dataset_size, force_local, req.in_memory)
+    dashboard forecast, which wants the GPU's images/s only); quick=True times this CPU over short windows (the
+    same run's forecast: it informs, and every second before the first step counts)."""
+    target = target_for(profile, gpu_flag, local, req.dataset_size, force_local, req.in_memory, quick)
     cost = model_cost(req.model, target.plan.image_size, req.num_classes, target.plan.precision)
     priced, price_source, unpriced = (profile, None, None) if force_local else priced_for(profile, gpu_flag)
     loader = req.loader

@@ -210,7 +210,8 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
                       image_size_flag=None, sets=[], gpu=None, loader=None,
                       in_memory=prep.bundle.in_memory if prep.plan.in_memory else None)  # its threads: every core
         # The device that runs is this machine's: a kaggle-t4 run on a CPU is forecast for the CPU, not the T4.
-        fc, target = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False, force_local=True)
+        fc, target = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False, force_local=True,
+                                  quick=True)
     except Exception:  # noqa: BLE001 - see docstring
         return None
     if target.plan.device != prep.plan.device:  # a GPU with no published peaks would be priced as this CPU
