@@ -1,13 +1,14 @@
 """Recipes compared by the epoch that reaches a target accuracy, over seeds, on real data nobody here made.
 
 Each recipe is `fasttrain train` with the default preset plus its `--set` overrides, run once per seed on
-scikit-learn's digits or (--data photos) scikit-image's photographs (benchmarks/time_to_accuracy.py's folders),
-resnet18 from scratch, 8 epochs. Printed: per recipe and seed, val acc@1 after each epoch, the epoch and the
+scikit-learn's digits or (--data photos, photos-large) scikit-image's photographs (time_to_accuracy.py's
+folders), resnet18 from scratch, 8 epochs. Printed: per recipe and seed, val acc@1 after each epoch, the epoch and the
 seconds from launch at which the target was first reached, and the final accuracy; then per recipe the median
 epoch to the target. The epoch is the figure that does not depend on how busy the machine is; the seconds do.
 This chose the `cpu` preset's recipe (docs/benchmarks.md, "Recipe").
 
-  .venv/bin/python benchmarks/recipe_grid.py [--data digits|photos] [--seeds 1 2 3] [--epochs 8] [--target 0.97]
+  .venv/bin/python benchmarks/recipe_grid.py [--data digits|photos|photos-large] [--seeds 1 2 3] [--epochs 8]
+      [--target 0.97]
       [--recipe NAME='--set optim.base_lr=0.006' ...]   (default: the grid in docs/benchmarks.md)
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--target", type=float, default=None, help="default: time_to_accuracy.py's target for --data")
-    ap.add_argument("--data", choices=("digits", "photos"), default="digits")
+    ap.add_argument("--data", choices=("digits", "photos", "photos-large"), default="digits")
     ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'")
     args = ap.parse_args()
     args.target = TARGETS[args.data] if args.target is None else args.target
@@ -47,7 +48,8 @@ def main() -> None:
     finals: dict[str, list[float]] = {name: [] for name in grid}
     with tempfile.TemporaryDirectory(prefix="recipes-") as tmp:
         work = Path(tmp)
-        data = digits_folder(work, 32) if args.data == "digits" else photos_folder(work)
+        data = digits_folder(work, 32) if args.data == "digits" else \
+            photos_folder(work, train_per_class=400 if args.data == "photos-large" else 250)
         print(f"| recipe | seed | val acc@1 by epoch | {args.target:.0%} at | final |")
         print("| --- | ---: | --- | --- | ---: |")
         for seed in args.seeds:  # seeds outermost: every recipe runs in each stretch of the machine's load
