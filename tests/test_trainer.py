@@ -168,6 +168,14 @@ def test_the_heap_freeze_nests_and_hands_everything_back() -> None:
     with pytest.raises(RuntimeError), long_lived_objects_frozen():
         raise RuntimeError("a run that fails")
     assert gc.get_freeze_count() == 0
+    gc.freeze()  # a process that freezes for itself keeps its freeze, and its frozen set, after a run
+    try:
+        theirs = gc.get_freeze_count()
+        with long_lived_objects_frozen():
+            assert gc.get_freeze_count() == theirs
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()
 
 
 def test_compiled_channels_last_model_trains() -> None:

@@ -14,19 +14,21 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-_depth = 0  # nested loops (the trial's candidates inside a run, bench inside a notebook) freeze once
+_depth = 0  # a fit inside a fit (a user's callback that trains, the Python API called from a run) freezes once
 
 
 @contextlib.contextmanager
 def long_lived_objects_frozen() -> Iterator[None]:
-    """Within: the objects alive on entry are not walked by full collections; on exit they are again."""
+    """Within: the objects alive on entry are not walked by full collections; on exit they are again. A process
+    that froze objects itself (a server that forks workers) is left as it is: unfreezing would undo its freeze."""
     global _depth
-    if _depth == 0:
+    ours = _depth > 0 or gc.get_freeze_count() == 0
+    if ours and _depth == 0:
         gc.freeze()
-    _depth += 1
+    _depth += 1 if ours else 0
     try:
         yield
     finally:
-        _depth -= 1
-        if _depth == 0:
+        _depth -= 1 if ours else 0
+        if ours and _depth == 0:
             gc.unfreeze()
