@@ -156,3 +156,39 @@ def test_worker_silences_only_the_fd_handoff_race() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "ConnectionResetError" not in out.stderr
     assert "ValueError: a real bug" in out.stderr
+
+
+def test_the_main_process_of_a_loader_with_workers_silences_the_race_too_and_keeps_the_previous_hook(
+        tree: Path) -> None:
+    """Seen on 2026-11-26: the hand-off traceback reached `bench loader`'s output although the workers filter it.
+    build_loaders with workers installs the same filter in the main process, in front of the hook already there."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        seen = []
+        threading.excepthook = lambda args: seen.append(type(args.exc_value).__name__)
+        from test_loaders import _bundle, _plan
+        from fasttrain.datasets.loaders import build_loaders, quiet_fd_handoff_race
+        first = threading.excepthook
+        build_loaders(_bundle({str(tree)!r}), _plan(workers=1, prefetch_factor=2), seed=0)
+        wrapped = threading.excepthook
+        assert wrapped is not first and getattr(wrapped, "fasttrain_fd_filter")
+        quiet_fd_handoff_race()  # once is enough: not wrapped twice
+        assert threading.excepthook is wrapped
+        def _serve():
+            raise ConnectionResetError(104, "Connection reset by peer")
+        def other():
+            raise ValueError("a real bug")
+        for target in (_serve, other):
+            t = threading.Thread(target=target)
+            t.start()
+            t.join()
+        print(seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['ValueError']"
