@@ -133,6 +133,21 @@ def test_synthetic_has_no_loaders() -> None:
         build_loaders(bundle, _plan(), seed=0)
 
 
+# A child's threads, one after the other: the fd hand-off race (a resource_sharer `_serve` thread whose peer closed
+# the socket), then a real bug; the filter must drop only the first.
+RACE_THEN_BUG = """
+import threading
+def _serve():
+    raise ConnectionResetError(104, "Connection reset by peer")
+def other():
+    raise ValueError("a real bug")
+for target in (_serve, other):
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+"""
+
+
 def test_worker_silences_only_the_fd_handoff_race() -> None:
     """A loader stopped mid-epoch may close the socket of a batch hand-off in flight; the worker's
     resource_sharer thread must not print that traceback into the user's output, but other thread errors must."""
@@ -144,15 +159,7 @@ def test_worker_silences_only_the_fd_handoff_race() -> None:
         import threading
         from fasttrain.datasets.loaders import start_worker
         start_worker(0)
-        def _serve():
-            raise ConnectionResetError(104, "Connection reset by peer")
-        def other():
-            raise ValueError("a real bug")
-        for target in (_serve, other):
-            t = threading.Thread(target=target)
-            t.start()
-            t.join()
-    """)
+    """) + RACE_THEN_BUG
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "ConnectionResetError" not in out.stderr
     assert "ValueError: a real bug" in out.stderr
@@ -179,16 +186,7 @@ def test_the_main_process_of_a_loader_with_workers_silences_the_race_too_and_kee
         assert wrapped is not first and getattr(wrapped, "fasttrain_fd_filter")
         quiet_fd_handoff_race()  # once is enough: not wrapped twice
         assert threading.excepthook is wrapped
-        def _serve():
-            raise ConnectionResetError(104, "Connection reset by peer")
-        def other():
-            raise ValueError("a real bug")
-        for target in (_serve, other):
-            t = threading.Thread(target=target)
-            t.start()
-            t.join()
-        print(seen)
-    """)
+    """) + RACE_THEN_BUG + "print(seen)\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['ValueError']"
