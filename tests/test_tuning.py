@@ -27,7 +27,8 @@ def cpu_report() -> HardwareReport:
 
 # -- decisions on recorded timings (pure) --------------------------------------------------------------------
 def test_budget_is_a_few_percent_of_the_run_with_a_hard_cap() -> None:
-    assert decide.trial_budget_s(0.2, 156, "cpu") == pytest.approx(0.05 * 0.2 * 156)
+    assert decide.trial_budget_s(0.2, 156, "cpu") == pytest.approx(0.02 * 0.2 * 156)
+    assert decide.trial_budget_s(0.2, 156, "cuda") == pytest.approx(0.05 * 0.2 * 156)
     assert decide.trial_budget_s(0.2, 100_000, "cpu") == decide.HARD_CAP_S["cpu"] == 20.0
     assert decide.trial_budget_s(0.05, 10**7, "cuda") == decide.HARD_CAP_S["cuda"]
     assert decide.affordable(1.0, 0.5, 1.6) and not decide.affordable(1.2, 0.5, 1.6)
@@ -293,19 +294,21 @@ def test_the_ab_goes_on_while_the_arms_overlap() -> None:
 
 def test_a_trial_that_cannot_afford_two_candidates_is_skipped() -> None:
     from fasttrain.tuning import decide
-    # 84 steps of 0.38 s (one epoch of the shapes set at 64 px): 5% is 1.6 s, two candidates cost ~3.5 s.
+    # 84 steps of 0.38 s (one epoch of the shapes set at 64 px): 2% is 0.64 s, two candidates cost ~3.5 s.
     assert "too short to repay a trial" in decide.unaffordable(0.38, 84, "cpu", 1, 2)
-    assert decide.unaffordable(0.38, 84 * 12, "cpu", 1, 2) is None      # 12 epochs: 19 s budget
+    assert "the budget is 2% of a ~32 s run" in decide.unaffordable(0.38, 84, "cpu", 1, 2)
+    assert decide.unaffordable(0.38, 84 * 12, "cpu", 1, 2) is None      # 12 epochs: 7.7 s budget
 
 
 def test_the_pre_check_prices_the_plan_as_the_trial_does() -> None:
     """Recorded: one epoch of synthetic tensors (156 steps of 0.198 s, budget 1.55 s). The plan alone took 1.08 s,
     the next candidate was priced 0.91 s and skipped: the trial spent 1.08 s and learnt nothing. The pre-check
-    must say so before it starts; three epochs (4.6 s of budget) afford it."""
+    must say so before it starts; four epochs (2.5 s of budget at the CPU's 2%) afford it, three (1.9 s) do not."""
     from fasttrain.tuning import decide
     assert decide.candidate_cost_s(0.198, 4) == pytest.approx(1.15, abs=0.01)   # the plan, measured 1.08 s
     assert decide.unaffordable(0.198, 156, "cpu", 1, 2) is not None
-    assert decide.unaffordable(0.198, 156 * 3, "cpu", 1, 2) is None
-    budget = decide.trial_budget_s(0.198, 156 * 3, "cpu")
+    assert decide.unaffordable(0.198, 156 * 3, "cpu", 1, 2) is not None
+    assert decide.unaffordable(0.198, 156 * 4, "cpu", 1, 2) is None
+    budget = decide.trial_budget_s(0.198, 156 * 4, "cpu")
     first = decide.candidate_cost_s(0.198, 4)
     assert decide.affordable(first, decide.candidate_cost_s(0.198, 3), budget)  # what the trial then checks

@@ -1,7 +1,7 @@
 """The tuning trial's decisions, as pure functions of recorded timings (tested with recorded numbers).
 
-- The budget: the trial may spend at most TRIAL_FRACTION of the planned run, and never more than the device's
-  hard cap; a run shorter than MIN_STEPS is not worth a trial at all.
+- The budget: the trial may spend at most TRIAL_FRACTION of the planned run (by device), and never more than the
+  device's hard cap; a run shorter than MIN_STEPS is not worth a trial at all.
 - A candidate replaces the current setting only when it is faster by more than KEEP_MARGIN (timing noise on a
   busy machine would otherwise flip settings at random).
 - compile is kept only when its measured per-step saving times the planned steps exceeds its measured compile
@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TRIAL_FRACTION = 0.05                          # of the planned run
+# Of the planned run, by device. On a CPU the plan's precision already follows the CPU's flags (bf16 only with
+# AVX512-BF16/AMX) and the cpu preset's other settings were measured by `bench speedups`: every CPU trial recorded
+# in docs/benchmarks.md ("Time to accuracy") kept the plan, and at 5% it cost 0.9-1.4 s, 5-8% of fasttrain's time
+# to the target on scikit-image's photographs. 2% keeps it for runs of a minute or more (the choice is cached, so
+# later runs on the machine start from it). A GPU's candidates (cudnn benchmark, channels_last, the precision on
+# older cards) move its step time more.
+TRIAL_FRACTION = {"cpu": 0.02, "cuda": 0.05}
 HARD_CAP_S = {"cpu": 20.0, "cuda": 60.0}       # whatever the run's length
 MIN_STEPS = 60                                 # fewer optimizer steps than this: the trial cannot repay itself
 KEEP_MARGIN = 0.04                             # a candidate must be this much faster to replace the current
@@ -26,7 +32,12 @@ def trial_budget_s(step_s: float, planned_steps: int, device: str) -> float:
     """Seconds the trial may spend: TRIAL_FRACTION of the planned run (step_s x planned_steps), at most the
     device's hard cap. Pure."""
     cap = HARD_CAP_S.get(device, HARD_CAP_S["cpu"])
-    return max(0.0, min(TRIAL_FRACTION * step_s * max(planned_steps, 0), cap))
+    return max(0.0, min(fraction(device) * step_s * max(planned_steps, 0), cap))
+
+
+def fraction(device: str) -> float:
+    """The share of the planned run a trial may spend on this device. Pure."""
+    return TRIAL_FRACTION.get(device, TRIAL_FRACTION["cpu"])
 
 
 def skip_reason(planned_steps: int, *, no_tune: bool, cached: bool, distributed: bool) -> str | None:
@@ -60,7 +71,7 @@ def unaffordable(forecast_step_s: float, planned_steps: int, device: str, warm: 
     two = candidate_cost_s(forecast_step_s, warm + 1 + timed) + candidate_cost_s(forecast_step_s, warm + timed)
     if two > budget:  # the plan and at least one candidate, or nothing is learnt
         return (f"the run is too short to repay a trial (two candidates ~{two:.1f} s, the budget is "
-                f"{TRIAL_FRACTION:.0%} of a ~{forecast_step_s * planned_steps:.0f} s run)")
+                f"{fraction(device):.0%} of a ~{forecast_step_s * planned_steps:.0f} s run)")
     return None
 
 
