@@ -24,7 +24,8 @@ def test_json_has_stable_keys_and_a_full_forecast_for_a_known_gpu(cli) -> None:
     assert f["device"]["name"] == "T4" and d["target"] == "profile"
     assert f["schedule"]["iterations_per_epoch"] == 10000 // f["schedule"]["batch_size"]
     assert f["speed"]["images_per_s"] > 0 and 0 < f["speed"]["mfu"] < 1
-    assert f["time"]["total_s"] == pytest.approx(3 * f["time"]["epoch_s"])
+    assert f["time"]["val_images"] == 10000 // 9 and f["time"]["val_s"] > 0   # the 10% a folder would split off
+    assert f["time"]["total_s"] == pytest.approx(3 * (f["time"]["epoch_s"] + f["time"]["val_s"]))
     assert f["memory"]["fits"] is True and f["memory"]["largest_batch"] > f["schedule"]["batch_size"]
     # no --data: the input pipeline is estimated from this CPU's decode rate; 2 workers cannot feed a T4 running a
     # tiny CNN at 16 px, and the estimate names it without lowering the GPU's forecast

@@ -30,7 +30,7 @@ def test_an_estimated_input_pipeline_names_the_bottleneck_but_keeps_the_gpu_fore
     gpu = fc.speed["compute_only_images_per_s"]
     assert gpu > 100 and fc.speed["images_per_s"] == pytest.approx(gpu)    # not lowered by another CPU's rate
     assert fc.bottleneck["name"] == "input pipeline (estimate)"
-    assert fc.bottleneck["evidence"].startswith(f"2 workers feed about 100 images/s (50 per core")
+    assert fc.bottleneck["evidence"].startswith("2 workers feed about 100 images/s (50 per core")
     assert f"below the GPU's {gpu:,.0f}: input-bound" in fc.bottleneck["evidence"]
     assert fc.loader["input_bound_images_per_s"] == pytest.approx(100.0)
     assert fc.loader["input_bound_epoch_s"] == pytest.approx(fc.schedule["iterations_per_epoch"] * 10 / 100.0)

@@ -70,7 +70,6 @@ def plan_variants(profile: Profile, report: HardwareReport, *, batch: int | None
                   only: list[str] | None = None) -> tuple[Variant, list[Variant], list[Skipped]]:
     """-> (baseline, one variant per setting that can run here, skipped settings with the reason)."""
     base = baseline_plan(_asked(profile, report), batch)
-    cuda = base.device == "cuda"
     variants: list[Variant] = []
     skipped: list[Skipped] = []
 

@@ -66,7 +66,7 @@ def estimate_cmd(
     req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
                     dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
                     epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None,
-                    world_flags=world_flags(nproc_per_node, nnodes))
+                    world_flags=world_flags(nproc_per_node, nnodes), val_size=g.val_size_for(dataset_size))
     resolved = g.resolve_profile(ref, req)
     auto_note = None
     if batch_size:

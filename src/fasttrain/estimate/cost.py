@@ -47,6 +47,7 @@ class ModelCost:
     activation_bytes_per_sample: float  # saved for backward, deduplicated by storage
     activation_bytes_by_dtype: dict[str, float] = field(default_factory=dict)  # per sample
     ops: list[OpCost] = field(default_factory=list)
+    forward_ops: int | None = None  # the first this many of `ops` are the forward pass (validation's cost)
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -213,6 +214,7 @@ def model_cost(name: str, image_size: int, num_classes: int = 1000, precision: s
     b0, b1 = PROBE_BATCHES
     span = b1 - b0
     ops = []
+    forward_ops = large["n_forward_ops"]
     if len(small["records"]) == len(large["records"]):
         for (n, f0, v0, c0, dw), (_n, f1, v1, _c1, _dw) in zip(small["records"], large["records"]):
             per_sample_bytes = max(v1 - v0, 0.0) / span
@@ -230,7 +232,7 @@ def model_cost(name: str, image_size: int, num_classes: int = 1000, precision: s
         train_flops_per_sample=(large["train_flops"] - small["train_flops"]) / span,
         activation_bytes_per_sample=sum(max(v, 0.0) for v in saved_per_sample.values()),
         activation_bytes_by_dtype={k: max(v, 0.0) for k, v in saved_per_sample.items()},
-        ops=ops,
+        ops=ops, forward_ops=forward_ops,
     )
 
 

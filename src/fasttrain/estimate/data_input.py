@@ -19,20 +19,21 @@ def with_data(req: Request, data: Path, profile: Profile, local: HardwareReport 
     rate is the batched augmentation's."""
     decoding = decoded_here(data, profile, local, gpu_flag)
     from fasttrain.datasets.decoded import IN_MEMORY
-    count, sample = sample_data(data, profile, decoded_once=decoding is not None)
+    count, val_count, sample = sample_data(data, profile, decoded_once=decoding is not None)
     return dataclasses.replace(req, in_memory=IN_MEMORY if decoding else None, dataset_size=count, loader=sample,
+                               val_size=val_count,
                                dataset_size_source=f"--data ({count:,} training images, split as train does)"), decoding
 
 
-def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, LoaderSample]:
-    """(training images, the loader's measured rate). `decoded_once`: train decodes the folder once into RAM on
-    this machine (decoded_here): the rate is then the batched augmentation's."""
+def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, int, LoaderSample]:
+    """(training images, validation images, the loader's measured rate). `decoded_once`: train decodes the
+    folder once into RAM on this machine (decoded_here): the rate is then the batched augmentation's."""
     from fasttrain.estimate import loader_sample
-    count, files = loader_sample.scan(data)
+    count, val_count, files = loader_sample.scan(data)
     if decoded_once:
-        return count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
-                                                    profile.loader.batch_size)
-    return count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
+        return count, val_count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
+                                                               profile.loader.batch_size)
+    return count, val_count, loader_sample.measure(files, profile.augment, profile.loader.image_size)
 
 
 def decoded_here(data: Path, profile: Profile, local: HardwareReport | None, gpu_flag: str | None) -> str | None:

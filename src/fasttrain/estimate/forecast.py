@@ -16,7 +16,7 @@ from fasttrain.estimate.calibration import DeviceCeilings
 from fasttrain.estimate.cost import ModelCost
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import Profile
-from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, StepTime, step_time
+from fasttrain.estimate.roofline import OPTIMIZER_STATES, OpTable, StepTime, step_time, validation_time
 from fasttrain.core.format import fmt_bytes, plural
 
 
@@ -121,6 +121,16 @@ def host_budget(plan: Plan, profile: Profile, host_ram_bytes: int, constants: di
                       plan.ram_budget_bytes, total <= host_ram_bytes)
 
 
+def _validation_s(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, val_size: int | None) -> float | None:
+    """Seconds of each epoch's validation on one device (its share of the images under DDP), or None when the
+    images or the model's forward ops are unknown."""
+    if val_size is None or device.ceilings is None or getattr(cost, "forward_ops", None) is None:
+        return None
+    per_device = math.ceil(val_size / max(plan.world_size, 1))
+    return validation_time(OpTable.from_ops(cost.ops[:cost.forward_ops]), per_device, plan.batch_size,
+                           device.ceilings, mirrored=profile.augment.validates_mirrored, compiled=plan.compile)
+
+
 def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> float | None:
     if seconds is None or price_per_hour is None:
         return None
@@ -130,8 +140,9 @@ def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> f
 def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilings, dataset_size: int, epochs: int,
              host_ram_bytes: int, constants: dict[str, Any], loader: LoaderSample | None = None,
              table: OpTable | None = None, cores: int | None = None,
-             host_warning: HostWarning | None = None) -> Forecast:
-    """Everything `estimate` prints, from fixed inputs. `cost` is a cost.ModelCost (duck-typed)."""
+             host_warning: HostWarning | None = None, val_size: int | None = None) -> Forecast:
+    """Everything `estimate` prints, from fixed inputs. `cost` is a cost.ModelCost (duck-typed). `val_size`: the
+    images validated after each epoch (None: unknown, so the total is the training alone)."""
     world = plan.world_size
     batch = plan.batch_size
     iterations = ar.iterations_per_epoch(dataset_size, batch, world, plan.drop_last)
@@ -164,7 +175,8 @@ def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilin
     total_rate = per_device * scale if per_device else None
     step_s = batch / per_device if per_device else None
     epoch_s = iterations * batch * world / total_rate if total_rate else None
-    total_s = epoch_s * epochs if epoch_s is not None else None
+    val_s = _validation_s(plan, profile, cost, device, val_size) if epoch_s is not None else None
+    total_s = (epoch_s + (val_s or 0.0)) * epochs if epoch_s is not None else None
 
     mem, host = _budgets(plan, profile, cost, device, host_ram_bytes, constants)
 
@@ -195,10 +207,12 @@ def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilin
                   "optimizer_steps_per_epoch": ar.optimizer_steps_per_epoch(iterations, plan.accumulation_steps),
                   "precision": plan.precision, "channels_last": plan.channels_last, "compile": plan.compile,
                   "tf32": plan.tf32, "drop_last": plan.drop_last},
-        speed=speed, time={"epoch_s": epoch_s, "total_s": total_s},
+        speed=speed, time={"epoch_s": epoch_s, "val_s": val_s, "val_images": val_size,
+                           "val_mirrored": profile.augment.validates_mirrored, "total_s": total_s},
         memory=mem, host_ram=host, loader=loader_info,
         bottleneck=bottleneck(step, compute_rate, loader_rate, loader_info, loader, host, device, host_warning),
-        cost=_prices(epoch_s, total_s, profile.hardware, nodes), unknown=unknown,
+        cost=_prices(total_s / epochs if total_s is not None and epochs else epoch_s, total_s, profile.hardware,
+                     nodes), unknown=unknown,
     )
 
 

@@ -25,6 +25,17 @@ if TYPE_CHECKING:
     from fasttrain.profiles.presets import Resolved
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
+IMAGENET_VAL_SIZE = 50_000       # and the images it validates after each epoch: ImageNet-1k val
+
+
+def val_size_for(dataset_size: int | None) -> int:
+    """Images validated after each epoch when no data are given: ImageNet-1k's val set by default; for
+    --dataset-size N training images, the share `train` splits off a folder without a val/ (TRAIN_VAL_FRACTION
+    of all its images). Pure."""
+    if dataset_size is None:
+        return IMAGENET_VAL_SIZE
+    from fasttrain.estimate.loader_sample import TRAIN_VAL_FRACTION
+    return max(1, round(dataset_size * TRAIN_VAL_FRACTION / (1 - TRAIN_VAL_FRACTION)))
 
 
 @dataclass
@@ -44,6 +55,7 @@ class Request:
     in_memory: str | None = None
     batch_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --batch-size N or auto
     world_flags: dict[str, tuple[str, Any]] = field(default_factory=dict)  # --nproc-per-node / --nnodes
+    val_size: int | None = None  # images validated after each epoch (None: unknown, left out of the total)
 
 
 def resolve_profile(ref: str, req: Request) -> Resolved:
@@ -179,7 +191,7 @@ def forecast_for(profile: Profile, req: Request, local: HardwareReport | None, g
         loader = decode_rate.per_core_rate(target.plan.image_size, profile.augment)
     fc = forecast(target.plan, priced, cost, target.device, req.dataset_size, profile.optim.epochs,
                   target.host_ram_bytes, calibration.load()["memory"], loader, cores=target.cores,
-                  host_warning=None if force_local else warning)
+                  host_warning=None if force_local else warning, val_size=req.val_size)
     fc.cost["price_source"] = price_source
     if unpriced:
         fc.unknown.append(unpriced)

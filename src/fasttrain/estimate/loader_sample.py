@@ -19,8 +19,9 @@ SAMPLE_FILES = 64
 TRAIN_SEED, TRAIN_VAL_FRACTION = 0, 0.1
 
 
-def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path] | list[bytes]]:
-    """(training samples under root, an evenly spread sample of their files), counted the way `train` does
+def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, int, list[Path] | list[bytes]]:
+    """(training samples under root, validation samples, an evenly spread sample of the training files), counted
+    the way `train` does
     (datasets/image_folder.find_splits with train's default seed and validation fraction): a val/ folder, or
     the validation share split off one tree, is not training data. A prepared set (`fasttrain data prepare`):
     its manifest's training count and the encoded bytes of a sample read from a few of its shards."""
@@ -29,14 +30,15 @@ def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, list[Path] | list[b
     if is_prepared(root):
         return scan_prepared(root, keep)
     from fasttrain.datasets.image_folder import find_splits
-    _classes, train, _val = find_splits(root, seed=TRAIN_SEED, val_fraction=TRAIN_VAL_FRACTION)
+    _classes, train, val = find_splits(root, seed=TRAIN_SEED, val_fraction=TRAIN_VAL_FRACTION)
     files = [Path(path) for path, _label in train]
     stride = max(1, len(files) // keep)
-    return len(files), files[::stride][:keep]
+    return len(files), len(val), files[::stride][:keep]
 
 
-def scan_prepared(root: Path, keep: int) -> tuple[int, list[bytes]]:
-    """(training images of a prepared set, encoded bytes of up to `keep` of them from <= 4 evenly spread shards)."""
+def scan_prepared(root: Path, keep: int) -> tuple[int, int, list[bytes]]:
+    """(training and validation images of a prepared set, encoded bytes of up to `keep` training images from <= 4
+    evenly spread shards)."""
     from fasttrain.datasets.shards import ShardImages, load_manifest
 
     manifest = load_manifest(root)
@@ -44,7 +46,8 @@ def scan_prepared(root: Path, keep: int) -> tuple[int, list[bytes]]:
     picked = shards[::max(1, len(shards) // 4)][:4]
     data = ShardImages(root, picked, None)
     stride = max(1, len(data) // keep)
-    return int(manifest["splits"]["train"]["count"]), [data.read(i) for i in range(0, len(data), stride)][:keep]
+    return (int(manifest["splits"]["train"]["count"]), int(manifest["splits"].get("val", {}).get("count", 0)),
+            [data.read(i) for i in range(0, len(data), stride)][:keep])
 
 
 def timed_rate(one: Callable[[Any], None], items: Sequence[Any], budget_s: float, min_done: int,

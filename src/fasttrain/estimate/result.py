@@ -39,9 +39,11 @@ class Estimate:
 
 def budget_buys(budget_s: float, forecast: Forecast) -> dict[str, Any]:
     """What `train --time-budget` buys on the forecast's target: epochs (fractional: the last one may end early),
-    images and optimizer steps, from the forecast's epoch time. The process's own start-up and the final
-    validation are left out (train measures and reserves them; on a GPU they are seconds). Pure."""
+    images and optimizer steps, from the forecast's epoch time with its validation. The process's own start-up
+    is left out (train measures and reserves it; on a GPU it is seconds). Pure."""
     epoch_s = forecast.time.get("epoch_s")
+    if epoch_s is not None:
+        epoch_s += forecast.time.get("val_s") or 0.0
     per_epoch = forecast.schedule["optimizer_steps_per_epoch"]
     images_per_epoch = forecast.schedule["iterations_per_epoch"] * forecast.schedule["batch_size"] * \
         forecast.schedule["world_size"]

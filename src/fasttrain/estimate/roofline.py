@@ -143,3 +143,17 @@ def _flop_rates(table: OpTable, c: Ceilings) -> np.ndarray:
     if c.depthwise_peak_flops is not None:
         return np.where(table.depthwise, c.depthwise_peak_flops * grouped, rate)
     return np.where(table.depthwise, rate * grouped, rate)
+
+
+def validation_time(forward: OpTable, images: int, batch: int, c: Ceilings, *, mirrored: bool = False,
+                    compiled: bool = False) -> float:
+    """Seconds to validate `images` on one device at `batch`: the forward ops of a step priced as step_time
+    prices them (no backward, no optimizer), per batch, the last batch partial; twice when each image is also
+    validated mirrored (augment.test_flip). Pure."""
+    if images <= 0 or batch <= 0:
+        return 0.0
+    full, rest = divmod(images, batch)
+    per = full * step_time(forward, batch, c, params=0, optimizer="sgd", momentum=False, compiled=compiled).seconds
+    if rest:
+        per += step_time(forward, rest, c, params=0, optimizer="sgd", momentum=False, compiled=compiled).seconds
+    return per * (2 if mirrored else 1)

@@ -62,8 +62,10 @@ def render_forecast(fc: Forecast, out: Console, header: str) -> None:
               _num(sp["it_per_s"], "{:.2f}", " it/s") if sp["it_per_s"] else "")
     t.add_row("images/s", _num(sp["images_per_s"], "{:,.0f}"),
               f"per device {_num(sp['images_per_s_per_device'], '{:,.0f}')}")
-    t.add_row("epoch", fmt_duration(fc.time["epoch_s"]), "")
-    t.add_row("total", fmt_duration(fc.time["total_s"]), f"{s['epochs']} epochs")
+    t.add_row("epoch", fmt_duration(fc.time["epoch_s"]), "training")
+    t.add_row("validation", _validation(fc), _validation_detail(fc))
+    t.add_row("total", fmt_duration(fc.time["total_s"]), f"{s['epochs']} epochs" +
+              (", each with its validation" if fc.time.get("val_s") is not None else ", validation unknown"))
     standin = f" (the {fc.device['peaks_from']}'s, standing in)" if fc.device.get("peaks_from") else ""
     t.add_row("MFU", _num(sp["mfu"], "{:.0%}"),
               f"of peak {_num((fc.device['peak_flops'] or 0) / 1e12 or None, '{:.1f}', ' TFLOP/s')}{standin}")
@@ -193,6 +195,20 @@ def render_measure(result: dict[str, Any], out: Console, forecast_device: str | 
     out.print(result["note"])
 
 
+def _validation(fc: Forecast) -> str:
+    val_s = fc.time.get("val_s")
+    return "unknown" if val_s is None else (f"{val_s:.2f} s" if val_s < 1 else fmt_duration(val_s))
+
+
+def _validation_detail(fc: Forecast) -> str:
+    """How many images each epoch validates, and whether mirrored (twice the forward passes)."""
+    images = fc.time.get("val_images")
+    if images is None:
+        return "the validation images are unknown"
+    mirrored = fc.time.get("val_mirrored")
+    return f"each epoch: {images:,} images" + (", each also mirrored (augment.test_flip)" if mirrored else "")
+
+
 def render_estimate(est: Estimate, model: str, out: Console) -> None:
     """`estimate`: the forecast under a title naming the model, profile, device and data; the notes; then the
     --measure comparison and the --compare table when asked."""
@@ -205,7 +221,7 @@ def render_estimate(est: Estimate, model: str, out: Console) -> None:
     if est.budget is not None:
         b = est.budget
         buys = (f"about {b['epochs']:.1f} epochs ({b['images']:,} images, {b['optimizer_steps']:,} optimizer steps) "
-                f"at {b['epoch_s']:.1f} s an epoch" if b["epochs"] is not None else "unknown: no epoch time")
+                f"at {b['epoch_s']:.1f} s an epoch with its validation" if b["epochs"] is not None else "unknown: no epoch time")
         out.print(f"time budget {fmt_duration(b['budget_s'])}: {buys}; `train --time-budget` plans the same and "
                   "re-plans from the measured steps", highlight=False)
     if est.measured is not None:

@@ -208,7 +208,8 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
         req = Request(model=prep.model_name, num_classes=prep.bundle.num_classes,
                       dataset_size=prep.bundle.train_size, dataset_size_source="data", epochs_flag=None,
                       image_size_flag=None, sets=[], gpu=None, loader=None,
-                      in_memory=prep.bundle.in_memory if prep.plan.in_memory else None)  # its threads: every core
+                      in_memory=prep.bundle.in_memory if prep.plan.in_memory else None,  # its threads: every core
+                      val_size=prep.bundle.val_size)
         # The device that runs is this machine's: a kaggle-t4 run on a CPU is forecast for the CPU, not the T4.
         fc, target = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False, force_local=True,
                                   quick=True)
