@@ -8,7 +8,8 @@ import pytest
 from fasttrain.profiles import presets
 from fasttrain.estimate.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
 from fasttrain.estimate.cost import ModelCost, OpCost
-from fasttrain.estimate.forecast import LoaderSample, forecast, memory_budget, optimizer_state_bytes
+from fasttrain.estimate.forecast import LoaderSample, forecast
+from fasttrain.estimate.memory import memory_budget, optimizer_state_bytes
 from fasttrain.estimate.gather import gpu_report
 from fasttrain.hardware.gpus import get_gpu
 from fasttrain.plan import make_plan

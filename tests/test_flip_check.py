@@ -139,3 +139,20 @@ def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> 
     assert once["val_loss"] == pytest.approx(expect["plain"], rel=1e-5)
     assert both["val_loss"] == pytest.approx(expect["averaged"], rel=1e-5)
     assert both["val_acc1"] == ((plain + mirrored).argmax(1) == targets).float().mean().item()
+
+
+def test_estimate_with_data_runs_trains_flip_check_and_prices_validation_as_train_runs_it(cli,
+                                                                                            tmp_path: Path) -> None:
+    """`estimate --data` reads the folder as `train` does: flips off for handed classes (the same note), so each
+    epoch's validation is priced unmirrored; symmetric classes keep the preset's mirrored validation."""
+    import json
+    handed = _folder(tmp_path / "handed", _handed)
+    symmetric = _folder(tmp_path / "symmetric", _symmetric)
+    args = ("estimate", "--model", "tiny_cnn", "--profile", "cpu", "--image-size", "32", "--epochs", "1", "--json")
+    out = json.loads(cli(*args, "--data", str(handed)).out)
+    assert any(n.startswith("augment: flips off, the classes look handed") for n in out["plan_notes"])
+    assert out["forecast"]["time"]["val_mirrored"] is False and out["forecast"]["time"]["val_images"] == 60
+    kept = json.loads(cli(*args, "--data", str(symmetric)).out)
+    assert not any("look handed" in n for n in kept["plan_notes"])
+    assert kept["forecast"]["time"]["val_mirrored"] is True
+    assert kept["forecast"]["time"]["val_s"] == pytest.approx(2 * out["forecast"]["time"]["val_s"], rel=0.5)

@@ -73,11 +73,15 @@ def estimate_cmd(
         req, auto_note = _with_batch_option(batch_size, measure, resolved.profile, req, local)
     if req.batch_flags:
         resolved = g.resolve_profile(ref, req)
+    data_notes: list[str] = []
+    if data is not None:
+        from fasttrain.estimate.data_input import checked_augment
+        resolved, data_notes = checked_augment(data, resolved)
     prof = resolved.profile
     req, decoding = with_data(req, data, prof, local, gpu) if data is not None else (req, None)
     fc, target = g.forecast_for(prof, req, local, gpu_flag=gpu, warning=g.host_warning(resolved))
     # compute (refused here, before --measure or --compare spend any time, when no full batch fits)
-    est = estimate_result(ref, resolved, fc, target, req.dataset_size_source, auto_note, decoding)
+    est = estimate_result(ref, resolved, fc, target, req.dataset_size_source, auto_note, decoding, data_notes)
     if time_budget is not None:
         from fasttrain.estimate.result import budget_buys
         from fasttrain.train.setup.budget_args import parse_duration

@@ -9,8 +9,8 @@ from fasttrain.core.exports import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "Forecast": "forecast",
     "LoaderSample": "forecast",
-    "MemoryBudget": "forecast",
-    "HostBudget": "forecast",
+    "MemoryBudget": "memory",
+    "HostBudget": "memory",
     "bottleneck": "forecast",
     "Request": "gather",
     "Target": "gather",

@@ -9,6 +9,7 @@ from fasttrain.core.errors import UserError
 from fasttrain.estimate.forecast import LoaderSample
 from fasttrain.estimate.gather import Request, local_report
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.profiles.presets import Resolved
 from fasttrain.profiles.schema import Profile
 
 
@@ -23,6 +24,18 @@ def with_data(req: Request, data: Path, profile: Profile, local: HardwareReport 
     return dataclasses.replace(req, in_memory=IN_MEMORY if decoding else None, dataset_size=count, loader=sample,
                                val_size=val_count,
                                dataset_size_source=f"--data ({count:,} training images, split as train does)"), decoding
+
+
+def checked_augment(data: Path, resolved: Resolved) -> tuple[Resolved, list[str]]:
+    """The flip and crop checks `train` runs on an image folder before it plans (datasets/augment_check.py, with
+    train's default seed), so the forecast prices what train will run (flips off for digits: no mirrored
+    validation) -> (the profile, the notes train's plan would show). A prepared set is left as it is."""
+    from fasttrain.datasets.shards import is_prepared
+    if not data.is_dir() or is_prepared(data):
+        return resolved, []
+    from fasttrain.datasets.augment_check import check_augment
+    from fasttrain.estimate.loader_sample import TRAIN_SEED
+    return check_augment(data, resolved, TRAIN_SEED)
 
 
 def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, int, LoaderSample]:

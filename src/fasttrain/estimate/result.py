@@ -54,12 +54,14 @@ def budget_buys(budget_s: float, forecast: Forecast) -> dict[str, Any]:
 
 
 def estimate_result(profile: str, resolved: Resolved, forecast: Forecast, target: Target, dataset_size_source: str,
-                    batch_note: str | None = None, decoding: str | None = None) -> Estimate:
+                    batch_note: str | None = None, decoding: str | None = None,
+                    data_notes: list[str] | None = None) -> Estimate:
     """The forecast with its notes: the profile's (less the host-RAM what-if the bottleneck line says), the
-    plan's, `batch_note` (--batch-size auto's search), and `decoding` (train's words for data decoded once into
-    RAM). A batch larger than the training set is refused here, as `train` refuses it."""
+    plan's, `batch_note` (--batch-size auto's search), `data_notes` (the flip and crop checks on --data) and
+    `decoding` (train's words for data decoded once into RAM). A batch larger than the training set is refused
+    here, as `train` refuses it."""
     check_full_batch(target.plan)
-    notes = plain_notes(resolved) + target.plan.notes + ([batch_note] if batch_note else [])
+    notes = plain_notes(resolved) + target.plan.notes + ([batch_note] if batch_note else []) + (data_notes or [])
     if decoding:
         notes.append(f"input: {decoding}")
     return Estimate(profile, forecast, target, dataset_size_source, notes)

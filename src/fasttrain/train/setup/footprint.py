@@ -1,7 +1,7 @@
 """The whole training footprint against the machine the run uses, before any work (setup/prepare.py).
 
 Weights, gradients, optimizer state and the batch's activations (counted on the meta device by
-estimate/cost.py, priced by estimate/forecast.py's memory_budget) live in GPU memory on a GPU and in host
+estimate/cost.py, priced by estimate/memory.py's memory_budget) live in GPU memory on a GPU and in host
 RAM on a CPU; the loaders and processes always live in host RAM. A batch that does not fit is split into
 micro-batches with gradient accumulation (same effective batch, same LR); one that cannot is refused.
 """
@@ -50,7 +50,7 @@ def limits(plan: Plan, profile: Profile, report: HardwareReport, params: int, pe
            constants: dict[str, Any], *, worker: bool = False) -> list[Limit]:
     """What a micro-batch must fit on this machine: the GPU's memory (on a GPU), and the host RAM available
     (total RAM in a torchrun worker, the same on every rank) to loaders, processes and, on a CPU, training."""
-    from fasttrain.estimate.forecast import memory_budget
+    from fasttrain.estimate.memory import memory_budget
     on_gpu = plan.device == "cuda"
     per_node = profile.world.gpus_per_node
     opt = profile.optim

@@ -96,43 +96,12 @@ def _budget_schedule(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str
 
 
 def _check_data(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, list[str]]:
-    """Flips and the crop's scale measured against the data of an image folder, on one sample of thumbnails
-    (datasets/flip_check.py, datasets/crop_check.py): a preset's flips are turned off for data whose classes have
-    a handedness (digits, letters), a preset's crop made gentler where its crops cut the class away (small images
-    the class fills); what the user set stays, with a warning. -> (the profile, the plan's notes)."""
-    augment = resolved.profile.augment
+    """Flips and the crop's scale measured against the data of an image folder (datasets/augment_check.py, the
+    same check `estimate --data` runs) -> (the profile, the plan's notes)."""
     if args.data in DEFAULT_MODELS or ":" in args.data or not Path(args.data).is_dir():
         return resolved, []
-    from fasttrain.datasets.crop_check import crop_test
-    from fasttrain.datasets.flip_check import mirror_test, sample_thumbs, shrunk
-    from fasttrain.datasets.image_folder import find_splits
-    classes, train, _ = find_splits(Path(args.data), seed=args.seed, val_fraction=0.1)
-    thumbs, labels = sample_thumbs(train, seed=args.seed, size=32)
-    flags, notes = {}, []
-    hflip = augment.hflip
-    test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
-    if test is not None and test.handed:
-        if resolved.user_set("augment.hflip"):
-            notes.append(f"warning: augment.hflip={hflip:g} (yours) mirrors images whose classes look handed: "
-                         f"{test.words()}; digits or text? --set augment.hflip=0")
-        else:
-            flags["augment.hflip"] = ("flip check", 0.0)
-            notes.append(f"augment: flips off, the classes look handed ({test.words()}); --set augment.hflip=0.5 to "
-                         "keep them")
-    low, high = augment.random_resized_crop_scale
-    crops = crop_test(thumbs, labels, len(classes), low, seed=args.seed) if low < min(high, 1.0) else None
-    safe = crops.smallest_safe(low) if crops is not None else low
-    if crops is not None and safe > low:
-        if resolved.user_set("augment.random_resized_crop_scale"):
-            notes.append(f"warning: augment.random_resized_crop_scale=[{low:g}, {high:g}] (yours) cuts the class away: "
-                         f"{crops.words(low)}; --set augment.random_resized_crop_scale=[{safe:g},{high:g}]")
-        else:
-            gentler = (safe, max(safe, high))
-            flags["augment.random_resized_crop_scale"] = ("crop check", gentler)
-            notes.append(f"augment: crops of at least {safe:.0%} of the area (not {low:.0%}): the class fills the "
-                         f"image ({crops.words(low)}); --set augment.random_resized_crop_scale=[{low:g},{high:g}] "
-                         "to keep the preset's")
-    return (resolved.with_flags(flags) if flags else resolved), notes
+    from fasttrain.datasets.augment_check import check_augment
+    return check_augment(Path(args.data), resolved, args.seed)
 
 
 def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> DataBundle:

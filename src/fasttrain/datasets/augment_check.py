@@ -1,0 +1,48 @@
+"""The preset's augmentation checked against an image folder, the same way wherever a command reads the folder
+(`train` before it plans, `estimate --data` before it forecasts): flips (datasets/flip_check.py) and the crop's
+smallest area (datasets/crop_check.py), both measured on one sample of thumbnails. A preset's flips are turned
+off for data whose classes have a handedness (digits, letters), a preset's crop made gentler where its crops cut
+the class away (small images the class fills); what the user set stays, with a warning."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fasttrain.profiles.presets import Resolved
+
+VAL_FRACTION = 0.1   # the share `train` splits off a folder without a val/ (the sample is drawn from the rest)
+
+
+def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved, list[str]]:
+    """-> (the profile with the checks' changes, the plan's notes)."""
+    from fasttrain.datasets.crop_check import crop_test
+    from fasttrain.datasets.flip_check import mirror_test, sample_thumbs, shrunk
+    from fasttrain.datasets.image_folder import find_splits
+
+    augment = resolved.profile.augment
+    classes, train, _ = find_splits(folder, seed=seed, val_fraction=VAL_FRACTION)
+    thumbs, labels = sample_thumbs(train, seed=seed, size=32)
+    flags, notes = {}, []
+    hflip = augment.hflip
+    test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
+    if test is not None and test.handed:
+        if resolved.user_set("augment.hflip"):
+            notes.append(f"warning: augment.hflip={hflip:g} (yours) mirrors images whose classes look handed: "
+                         f"{test.words()}; digits or text? --set augment.hflip=0")
+        else:
+            flags["augment.hflip"] = ("flip check", 0.0)
+            notes.append(f"augment: flips off, the classes look handed ({test.words()}); --set augment.hflip=0.5 to "
+                         "keep them")
+    low, high = augment.random_resized_crop_scale
+    crops = crop_test(thumbs, labels, len(classes), low, seed=seed) if low < min(high, 1.0) else None
+    safe = crops.smallest_safe(low) if crops is not None else low
+    if crops is not None and safe > low:
+        if resolved.user_set("augment.random_resized_crop_scale"):
+            notes.append(f"warning: augment.random_resized_crop_scale=[{low:g}, {high:g}] (yours) cuts the class away: "
+                         f"{crops.words(low)}; --set augment.random_resized_crop_scale=[{safe:g},{high:g}]")
+        else:
+            gentler = (safe, max(safe, high))
+            flags["augment.random_resized_crop_scale"] = ("crop check", gentler)
+            notes.append(f"augment: crops of at least {safe:.0%} of the area (not {low:.0%}): the class fills the "
+                         f"image ({crops.words(low)}); --set augment.random_resized_crop_scale=[{low:g},{high:g}] "
+                         "to keep the preset's")
+    return (resolved.with_flags(flags) if flags else resolved), notes
