@@ -270,6 +270,16 @@ def test_cache_that_is_a_file_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest
                     str(afile / "below"))
     monkeypatch.setenv("FASTTRAIN_CACHE", "   ")
     one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "blank")
+    monkeypatch.setenv("FASTTRAIN_CACHE", "~no_such_user_here/cache")  # a ~user with no home: no expansion
+    one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "cannot expand",
+                   "no such user's home directory")
+
+
+def test_data_under_a_home_that_does_not_exist_is_exit_2(cli) -> None:
+    """`~0` (found by Hypothesis in test_api.py): pathlib raised RuntimeError for a ~user without a home."""
+    for spec in ("~0", "~no_such_user_here/photos"):
+        for command in (("train", "--dry-run"), ("estimate", "--model", "tiny_cnn"), ("bench", "loader")):
+            one_error_line(cli(*command, "--data", spec), "--data")
 
 
 def test_home_that_cannot_hold_the_cache_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

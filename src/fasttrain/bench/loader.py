@@ -146,6 +146,7 @@ def measure_setting(bundle: DataBundle, plan: Plan, setting: Setting, *, batches
         it = iter(train)
         next(it)
         first = time.perf_counter()
+        ram.sample()  # the workers are up: a run shorter than the sampler's interval still counts them
         timed = 0
         for batch in it:
             images += int(batch[1].shape[0])
@@ -153,6 +154,7 @@ def measure_setting(bundle: DataBundle, plan: Plan, setting: Setting, *, batches
             if timed >= batches or time.perf_counter() - first > max_seconds:
                 break
         elapsed = time.perf_counter() - first
+        ram.sample()
         loaded_pss = ram.pss_now()  # workers alive, prefetch queues full: the loader's steady-state RAM
         del it  # shuts the workers down
     return {"workers": setting.workers, "prefetch": setting.prefetch, "images_per_s": images / max(elapsed, 1e-9),

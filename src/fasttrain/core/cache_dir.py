@@ -23,7 +23,11 @@ def default_cache_dir() -> Path:
     if env and "\x00" in env:
         raise UserError([Problem("FASTTRAIN_CACHE", "contains a NUL byte", CACHE_FIX, env)])
     if env:
-        return Path(env).expanduser()
+        try:
+            return Path(env).expanduser()
+        except RuntimeError:  # ~name where no user `name` exists
+            raise UserError([Problem("FASTTRAIN_CACHE", f"cannot expand {env!r}: no such user's home directory",
+                                     CACHE_FIX, env)]) from None
     try:
         home = Path.home()
     except (RuntimeError, KeyError) as exc:  # no HOME and no passwd entry

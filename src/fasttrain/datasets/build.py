@@ -84,7 +84,11 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
                           class_names=[], kind="synthetic", source="synthetic",
                           train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict,
                           in_memory="synthetic data are tensors in memory")
-    path = Path(spec).expanduser()
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~name where no user `name` exists: there is no home directory to expand to
+        raise UserError([Problem("--data", f"cannot expand {spec!r}: no user {spec[1:].split('/')[0]!r} on this "
+                                 "machine", "give the folder's full path", spec)]) from None
     from fasttrain.datasets.shards import is_prepared, shard_bundle
 
     if path.is_dir() and is_prepared(path):
