@@ -119,6 +119,11 @@ def test_bench_loader_estimate_and_doctor_take_a_prepared_set(cli, tmp_path: Pat
     r = cli("estimate", "--data", str(dst), "-m", "tiny_cnn", "--set", "loader.batch_size=8", "--json")
     assert r.code == 0, r.err
     assert "prepared shards" in r.out and "22 training images" in r.out
+    # train takes it as `data prepare` says (its flip and crop checks sample class folders, which shards have not)
+    r = cli("train", "--data", str(dst), "-m", "tiny_cnn", "--image-size", "16", "--epochs", "1", "--set",
+            "loader.batch_size=8", "--run-name", "shards", "--json", "--no-tune")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["epochs_run"] == 1
     r = cli("data", "prepare", str(src), "--out", str(src / "inner"))
     assert r.code == 2 and "inside SRC" in r.err
 

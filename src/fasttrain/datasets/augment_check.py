@@ -13,7 +13,11 @@ VAL_FRACTION = 0.1   # the share `train` splits off a folder without a val/ (the
 
 
 def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved, list[str]]:
-    """-> (the profile with the checks' changes, the plan's notes)."""
+    """-> (the profile with the checks' changes, the plan's notes). A prepared shard set (`fasttrain data
+    prepare`) has no class folders to sample: it keeps the profile's augmentation as it is."""
+    from fasttrain.datasets.shards import is_prepared
+    if is_prepared(folder):
+        return resolved, []
     from fasttrain.datasets.crop_check import crop_test
     from fasttrain.datasets.flip_check import mirror_test, sample_thumbs, shrunk
     from fasttrain.datasets.image_folder import find_splits

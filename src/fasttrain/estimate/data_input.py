@@ -29,9 +29,8 @@ def with_data(req: Request, data: Path, profile: Profile, local: HardwareReport 
 def checked_augment(data: Path, resolved: Resolved) -> tuple[Resolved, list[str]]:
     """The flip and crop checks `train` runs on an image folder before it plans (datasets/augment_check.py, with
     train's default seed), so the forecast prices what train will run (flips off for digits: no mirrored
-    validation) -> (the profile, the notes train's plan would show). A prepared set is left as it is."""
-    from fasttrain.datasets.shards import is_prepared
-    if not data.is_dir() or is_prepared(data):
+    validation) -> (the profile, the notes train's plan would show)."""
+    if not data.is_dir():
         return resolved, []
     from fasttrain.datasets.augment_check import check_augment
     from fasttrain.estimate.loader_sample import TRAIN_SEED
