@@ -155,8 +155,8 @@ def _source_samples(bundle: DataBundle, data: str) -> tuple[str, list[str], list
         src = Path(manifest["source"])
         if not src.is_dir():
             return manifest["source"], manifest["classes"], []
-        from fasttrain.datasets.image_folder import find_splits
-        from fasttrain.datasets.prepare_plan import SPLIT_SEED, VAL_FRACTION
+        from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
+        from fasttrain.datasets.prepare_plan import SPLIT_SEED
 
         classes, train, _ = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
         return str(src), classes, train

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from fasttrain.profiles.presets import Resolved
 
-VAL_FRACTION = 0.1   # the share `train` splits off a folder without a val/ (the sample is drawn from the rest)
-
 
 def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved, list[str]]:
     """-> (the profile with the checks' changes, the plan's notes). A prepared shard set (`fasttrain data
@@ -20,7 +18,7 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
         return resolved, []
     from fasttrain.datasets.crop_check import crop_test
     from fasttrain.datasets.flip_check import mirror_test, sample_thumbs, shrunk
-    from fasttrain.datasets.image_folder import find_splits
+    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
 
     augment = resolved.profile.augment
     classes, train, _ = find_splits(folder, seed=seed, val_fraction=VAL_FRACTION)

@@ -15,6 +15,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import datasets as given_datasets, is_given
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget
+from fasttrain.datasets.image_folder import VAL_FRACTION
 from fasttrain.profiles.schema import AugmentSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
@@ -55,7 +56,7 @@ class ImageFiles:
         return transformed(self.transform, image, sample_seed), target
 
 
-def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = 0.1,
+def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = VAL_FRACTION,
                    strict: bool = False, num_classes: int | None = None,
                    decode: DecodeBudget | None = None) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),

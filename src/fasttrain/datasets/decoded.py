@@ -161,7 +161,7 @@ def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], imag
 def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[bool, str]:
     """(whether `train --data root` decodes the images once into RAM on this machine, what it does in words),
     reading file headers only (doctor, estimate)."""
-    from fasttrain.datasets.image_folder import find_splits
+    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
 
     per_epoch = "train decodes every image each epoch in loader workers"
     budget = decode_budget(profile, report)
@@ -171,7 +171,7 @@ def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[
     why = per_image_reason(profile.augment)
     if why is not None:
         return False, f"{per_epoch}: {why}"
-    _, train, val = find_splits(root, seed=0, val_fraction=0.1)  # the union is the same for every seed
+    _, train, val = find_splits(root, seed=0, val_fraction=VAL_FRACTION)  # the union is the same for every seed
     sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes)
     if isinstance(sized, str):
         return False, f"{per_epoch}: {sized}"

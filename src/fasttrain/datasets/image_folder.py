@@ -15,6 +15,9 @@ from fasttrain.core.errors import Problem, UserError
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})
 VAL_DIR_NAMES = ("val", "validation")
+# The share of a tree without val/ that `train` validates on, by default; `data prepare`, `estimate --data` and
+# the flip and crop checks split the same way, so they see the files train trains on.
+VAL_FRACTION = 0.1
 
 Samples = list[tuple[str, int]]
 

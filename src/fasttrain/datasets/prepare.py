@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.files import write_text_atomic
-from fasttrain.datasets.prepare_plan import (SPLIT_SEED, STATE_DIR, VAL_FRACTION, Job, PreparePlan, check_destination,
-                                            make_plan)
+from fasttrain.datasets.image_folder import VAL_FRACTION
+from fasttrain.datasets.prepare_plan import SPLIT_SEED, STATE_DIR, Job, PreparePlan, check_destination, make_plan
 from fasttrain.datasets.shard_writer import init_worker, write_shard
 from fasttrain.datasets.shards import FORMAT, MANIFEST, manifest_checksum
 

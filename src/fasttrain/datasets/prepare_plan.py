@@ -15,7 +15,7 @@ from fasttrain.datasets.shards import FORMAT, MANIFEST
 
 STATE_DIR = ".prepare"
 JPEG_QUALITY = 90
-SPLIT_SEED, VAL_FRACTION = 0, 0.1   # train's defaults: the same validation files as `train --data SRC`
+SPLIT_SEED = 0   # train's default seed; with image_folder.VAL_FRACTION, the same validation files as `train --data SRC`
 
 
 @dataclass
@@ -43,7 +43,7 @@ def short_side_for(image_size: int, scale: float) -> int:
 
 def make_plan(src: Path, image_size: int, scale: float, shard_size: int) -> PreparePlan:
     """The jobs for SRC: its split as `train --seed 0` sees it, cut into shards."""
-    from fasttrain.datasets.image_folder import find_splits
+    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
 
     classes, train, val = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
     return plan_from_splits(src, classes, train, val, image_size=image_size, scale=scale, shard_size=shard_size)

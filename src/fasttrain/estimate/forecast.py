@@ -113,7 +113,8 @@ def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilin
     step_s = batch / per_device if per_device else None
     epoch_s = iterations * batch * world / total_rate if total_rate else None
     val_s = _validation_s(plan, profile, cost, device, val_size) if epoch_s is not None else None
-    total_s = (epoch_s + (val_s or 0.0)) * epochs if epoch_s is not None else None
+    with_val_s = epoch_s + (val_s or 0.0) if epoch_s is not None else None  # an epoch and its validation
+    total_s = with_val_s * epochs if with_val_s is not None else None
 
     mem, host = budgets(plan, profile, cost, device, host_ram_bytes, constants)
 
@@ -148,8 +149,7 @@ def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilin
                            "val_mirrored": profile.augment.validates_mirrored, "total_s": total_s},
         memory=mem, host_ram=host, loader=loader_info,
         bottleneck=bottleneck(step, compute_rate, loader_rate, loader_info, loader, host, device, host_warning),
-        cost=_prices(total_s / epochs if total_s is not None and epochs else epoch_s, total_s, profile.hardware,
-                     nodes), unknown=unknown,
+        cost=_prices(with_val_s, total_s, profile.hardware, nodes), unknown=unknown,
     )
 
 

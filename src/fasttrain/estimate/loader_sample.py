@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fasttrain.datasets.image_folder import VAL_FRACTION
 from fasttrain.estimate.forecast import LoaderSample
 from fasttrain.profiles.schema import AugmentSpec
 
 SAMPLE_FILES = 64
 # `train`'s defaults (train --seed 0; datasets/build.build_datasets val_fraction): the same training split.
-TRAIN_SEED, TRAIN_VAL_FRACTION = 0, 0.1
+TRAIN_SEED = 0
+TRAIN_VAL_FRACTION = VAL_FRACTION
 
 
 def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, int, list[Path] | list[bytes]]:
