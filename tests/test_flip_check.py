@@ -156,3 +156,39 @@ def test_estimate_with_data_runs_trains_flip_check_and_prices_validation_as_trai
     assert not any("look handed" in n for n in kept["plan_notes"])
     assert kept["forecast"]["time"]["val_mirrored"] is True
     assert kept["forecast"]["time"]["val_s"] == pytest.approx(2 * out["forecast"]["time"]["val_s"], rel=0.5)
+
+
+def test_a_prepared_set_gets_the_same_checks_from_its_shards(cli, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fasttrain data prepare` turns the folders into tar shards; train and estimate then sample the shards'
+    members for the checks, so handed classes lose the preset's flips there too (before, a prepared set kept
+    them), symmetric ones keep them, and a damaged shard leaves the preset as it is for loading to report."""
+    import json
+    handed, symmetric = _folder(tmp_path / "handed", _handed), _folder(tmp_path / "symmetric", _symmetric)
+    monkeypatch.chdir(tmp_path)
+    for src in (handed, symmetric):
+        res = cli("data", "prepare", str(src), "--out", str(tmp_path / f"{src.name}-shards"), "--image-size", "32")
+        assert res.code == 0, res.err
+    shards = tmp_path / "handed-shards"
+    res = cli("train", "--data", str(shards), "--model", "tiny_cnn", "--dry-run", "--json")
+    assert res.code == 0, res.err
+    view = json.loads(res.out)
+    assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
+    assert view["recipe"].endswith("no flips, validation as is")
+    # and it trains so: no flip left after the crop (torchvision refused an empty Compose on the shard path)
+    run = cli("train", "--data", str(shards), "--model", "tiny_cnn", "--epochs", "1", "--set", "loader.batch_size=16",
+              "--no-tune", "--json", "--run-name", "handed")
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["epochs_run"] == 1
+    est = cli("estimate", "--model", "tiny_cnn", "--profile", "cpu", "--image-size", "32", "--epochs", "1", "--json",
+              "--data", str(shards))
+    assert est.code == 0, est.err
+    assert json.loads(est.out)["forecast"]["time"]["val_mirrored"] is False
+    kept = cli("train", "--data", str(tmp_path / "symmetric-shards"), "--model", "tiny_cnn", "--dry-run")
+    assert kept.code == 0 and "look handed" not in kept.out
+    assert next(line for line in kept.out.splitlines() if line.startswith("recipe ")).endswith(
+        "flips 0.5, validation with mirror images")
+    for tar in shards.glob("train-*.tar"):
+        tar.write_bytes(b"\0" * 10 + b"not a tar" * 100)
+    res = cli("train", "--data", str(shards), "--model", "tiny_cnn", "--dry-run")
+    assert res.code == 2 and "a shard cannot be read" in res.err and "Traceback" not in res.out + res.err

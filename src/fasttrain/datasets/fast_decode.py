@@ -84,6 +84,10 @@ def header_size(data: bytes) -> tuple[int, int]:
         return img.size[1], img.size[0]
 
 
+def _unchanged(image: Any) -> Any:
+    return image  # a module-level function: loader workers started by spawn pickle the transform
+
+
 class FastTransform:
     """Wraps one of transforms.train_transform / val_transform (a v2.Compose whose first step is
     RandomResizedCrop, or Resize then CenterCrop) and applies it to encoded bytes through `decode`."""
@@ -98,7 +102,9 @@ class FastTransform:
         rest = fuse_normalise([s for s in steps[1:] if not isinstance(s, v2.PILToTensor)])
         # The standard normalisation as the last step: uint8 out, normalise_batch on the device does it.
         self.deferred = bool(defer_normalise and rest and isinstance(rest[-1], ScaledNormalise) and rest[-1].standard)
-        self.rest = v2.Compose(rest[:-1] if self.deferred else rest)
+        steps = rest[:-1] if self.deferred else rest
+        # No step left (no flip, normalising deferred): torchvision's Compose refuses an empty list.
+        self.rest = v2.Compose(steps) if steps else _unchanged
 
     def __call__(self, data: bytes) -> Any:
         from torchvision.transforms import v2

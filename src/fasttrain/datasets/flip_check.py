@@ -15,7 +15,9 @@ validation then reach 85% an epoch sooner, docs/benchmarks.md). Digits lose most
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,10 +99,11 @@ def shrunk(thumbs: np.ndarray) -> np.ndarray:
     return thumbs[:, :h // 2 * 2, :w // 2 * 2].astype(np.float64).reshape(n, h // 2, 2, w // 2, 2).mean((2, 4))
 
 
-def sample_thumbs(samples: list[tuple[str, int]], *, seed: int = 0, n: int = SAMPLE,
-                  size: int = THUMB) -> tuple[np.ndarray, np.ndarray]:
-    """Grey `size` x `size` thumbnails of a random sample of (path, class) pairs; unreadable files are left out
-    (the loaders count them later). -> (thumbnails, labels)."""
+def sample_thumbs(samples: Sequence[tuple[Any, int]], *, seed: int = 0, n: int = SAMPLE, size: int = THUMB,
+                  open_source: Callable[[Any], Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Grey `size` x `size` thumbnails of a random sample of (source, class) pairs; unreadable files are left out
+    (the loaders count them later). A source is a path, or whatever `open_source` turns into a path or a binary
+    file for PIL (a prepared set's shard member). -> (thumbnails, labels)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -109,7 +112,7 @@ def sample_thumbs(samples: list[tuple[str, int]], *, seed: int = 0, n: int = SAM
     for i in pick:
         path, label = samples[int(i)]
         try:
-            with Image.open(path) as image:
+            with Image.open(open_source(path) if open_source else path) as image:
                 image.draft("L", (size * 2, size * 2))  # JPEG: decode at a fraction of the size
                 thumbs.append(np.asarray(image.convert("L").resize((size, size), Image.BILINEAR)))
         except (OSError, ValueError):

@@ -125,7 +125,11 @@ def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec,
                                  f"was prepared for ({root})", f"use --image-size {prepared} or less, or prepare "
                                  "it again with a larger --image-size")])
     classes = manifest["classes"]
-    train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size))
-    val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size))
+    try:
+        train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size))
+        val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size))
+    except (tarfile.TarError, OSError, ValueError, KeyError) as exc:  # a shard cut short or overwritten
+        raise UserError([Problem("--data", f"{root}: a shard cannot be read ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0]})", "rerun fasttrain data prepare into a new --out")]) from exc
     return DataBundle(train=train, val=val, num_classes=len(classes), class_names=classes, kind="images",
                       source=source, train_size=len(train), val_size=len(val), strict=strict)
