@@ -255,25 +255,28 @@ def test_bench_loader_doctor_and_train_agree_on_workers(cli, tmp_path: Path, mon
 # -- compute threads decided by the run's first steps (train/trial/thread_ab.py) ------------------------------------
 def test_the_ab_schedule_warms_then_alternates() -> None:
     from fasttrain.tuning import decide
-    assert decide.ab_schedule([2, 1], warm=2, per_arm=3) == [2, 2, 2, 1, 2, 1, 2, 1]
+    assert decide.ab_schedule([2, 1], warm=2, per_arm=3) == ([2, 2, 2, 1, 2, 1, 2, 1], 2)
+    # another dtype's first step builds its kernels: it is warm-up too
+    assert decide.ab_schedule(["bf16-mixed", "fp32"], warm=2, per_arm=2, warm_each=1) == (
+        ["bf16-mixed", "bf16-mixed", "fp32", "bf16-mixed", "fp32", "bf16-mixed", "fp32"], 3)
 
 
-def test_pick_threads_takes_the_faster_median_beyond_the_noise() -> None:
+def test_pick_arm_takes_the_faster_median_beyond_the_noise() -> None:
     from fasttrain.tuning import decide
     # Recorded on the 2-core VM: shapes at 64 px, resnet18, 1 loader worker (seconds per step).
     two, one = [0.262, 0.251, 0.255, 0.9], [0.371, 0.366, 0.380, 0.375]
-    best, ratio = decide.pick_threads({2: two, 1: one}, current=2)
+    best, ratio = decide.pick_arm({2: two, 1: one}, current=2)
     assert best == 2 and ratio == pytest.approx(0.375 / 0.262)
     # Within the 4% margin the current count stays, even when the other median is a hair lower.
-    assert decide.pick_threads({2: [0.300, 0.301, 0.302], 1: [0.295, 0.296, 0.297]}, current=2)[0] == 2
-    assert decide.pick_threads({}, current=1) == (1, 1.0)
+    assert decide.pick_arm({2: [0.300, 0.301, 0.302], 1: [0.295, 0.296, 0.297]}, current=2)[0] == 2
+    assert decide.pick_arm({}, current=1) == (1, 1.0)
 
 
 def test_thread_ab_times_real_steps_and_keeps_the_winner() -> None:
-    from fasttrain.train.trial.thread_ab import ThreadAB
+    from fasttrain.train.trial.step_ab import StepAB
     per_step = {2: 0.25, 1: 0.40}          # what a step takes at each thread count on the fake clock
     now, threads, results = [0.0], [0], []
-    ab = ThreadAB([2, 1], set_threads=lambda t: threads.__setitem__(0, t),
+    ab = StepAB([2, 1], use=lambda t: threads.__setitem__(0, t),
                   on_done=lambda best, ratio, samples: results.append((best, ratio, samples)), clock=lambda: now[0])
     for i in range(20):
         ab(i)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Of the planned run, by device. On a CPU the plan's precision already follows the CPU's flags (bf16 only with
 # AVX512-BF16/AMX) and the cpu preset's other settings were measured by `bench speedups`: every CPU trial recorded
@@ -127,23 +128,31 @@ def worker_options(asked: int, cores: int) -> list[int]:
     return sorted({0, min(1, top), min(asked, top)})
 
 
-# Online A/B of compute threads over a run's first real steps (train/trial/thread_ab.py): the steps train, so the
-# measurement costs no extra work. WARM steps first (the loader's workers start, oneDNN picks its kernels), then
-# the arms alternate step by step, PER_ARM steps each: alternating keeps a drift of the machine's load out of the
-# comparison, and the median of each arm ignores a step that met a slow batch.
+# Online A/B over a run's first real steps (train/trial/step_ab.py: compute threads, CPU precision): the steps
+# train, so the measurement costs no extra work. WARM steps first (the loader's workers start, oneDNN picks its
+# kernels), then the arms alternate step by step, PER_ARM steps each: alternating keeps a drift of the machine's
+# load out of the comparison, and the median of each arm ignores a step that met a slow batch. An arm that needs
+# its own kernels (another dtype: oneDNN builds them on the first call) gets WARM_EACH untimed steps of its own.
 AB_WARM_STEPS = 2
 AB_PER_ARM = 4
+AB_MIN_STEPS = 100   # a precision A/B (~11 steps) in a shorter run would be a tenth of it or more, for nothing
+# fp32 replaces the preset's bf16 only when clearly faster: resnet18 at 32 px here is 1.16-1.21x faster in bf16,
+# yet one 4-step A/B on a busy machine read fp32 1.07x faster; the models it is for are 1.8x faster in fp32.
+PRECISION_SWITCH_MARGIN = 0.15
 
 
-def ab_schedule(arms: list[int], warm: int = AB_WARM_STEPS, per_arm: int = AB_PER_ARM) -> list[int]:
-    """Thread count for each of the first steps: warm-up at the first arm, then the arms in turn. Pure."""
-    return [arms[0]] * warm + [arms[k % len(arms)] for k in range(per_arm * len(arms))]
+def ab_schedule(arms: list[Any], warm: int = AB_WARM_STEPS, per_arm: int = AB_PER_ARM,
+                warm_each: int = 0) -> tuple[list[Any], int]:
+    """The arm of each of the first steps, and how many of them are untimed warm-up: the first arm `warm` times,
+    each other arm `warm_each` times, then the arms in turn. Pure."""
+    untimed = [arms[0]] * warm + [a for a in arms[1:] for _ in range(warm_each)]
+    return untimed + [arms[k % len(arms)] for k in range(per_arm * len(arms))], len(untimed)
 
 
 AB_CLEAR_GAP = 1.15   # every step of one arm this much slower than every step of the other: no need to go on
 
 
-def ab_settled(samples: dict[int, list[float]], min_each: int = 2, gap: float = AB_CLEAR_GAP) -> bool:
+def ab_settled(samples: dict[Any, list[float]], min_each: int = 2, gap: float = AB_CLEAR_GAP) -> bool:
     """The A/B can stop early: each arm has min_each steps and one arm's slowest step beats the other's fastest
     by more than `gap` (the slower arm's remaining steps would only cost time). Pure."""
     timed = [v for v in samples.values() if v]
@@ -153,13 +162,13 @@ def ab_settled(samples: dict[int, list[float]], min_each: int = 2, gap: float = 
     return all(min(v) > fastest_worst * gap for v in timed if max(v) != fastest_worst)
 
 
-def pick_threads(samples: dict[int, list[float]], current: int, margin: float = KEEP_MARGIN) -> tuple[int, float]:
-    """The thread count whose median step time is lowest, kept over `current` only when it is faster by more
-    than the noise margin -> (threads, how many times faster it is than the slowest arm). Pure."""
+def pick_arm(samples: dict[Any, list[float]], current: Any, margin: float = KEEP_MARGIN) -> tuple[Any, float]:
+    """The arm (a thread count, a precision) whose median step time is lowest, kept over `current` only when it
+    is faster by more than the noise margin -> (arm, how many times faster it is than the slowest arm). Pure."""
     medians = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
     if not medians:
         return current, 1.0
-    best = min(medians, key=lambda t: (medians[t], t))
+    best = min(medians, key=lambda t: (medians[t], t))  # arms of one kind: ints or names
     if current in medians and not better(medians[current], medians[best], margin):
         best = current
-    return best, max(medians.values()) / medians[best]
+    return best, max(medians.values()) / medians[best] if medians[best] > 0 else 1.0

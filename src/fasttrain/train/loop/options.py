@@ -16,7 +16,7 @@ class LoopOptions:
     on_nan: str = "stop"              # "stop": MAX_NONFINITE_STREAK bad steps in a row end the run; "skip"
     save_every_s: float | None = None  # a mid-epoch checkpoint this often (seconds); None: at epoch ends only
     patience: int | None = None       # epochs without a better val acc@1 before stopping early
-    before_step: Callable[[int], None] | None = None  # called with the batch index (the thread A/B's hook)
+    before_step: Callable[[int], None] | None = None  # called with the batch index (the step A/Bs: threads, precision)
     extras: Callable[[int], RunExtras] | None = None  # the run's part of a checkpoint (arg: batches this pass)
     launched_at: float | None = None  # time.time() when the process started: each epoch row's elapsed_s counts from it
     budget: BudgetPace | None = None  # a time budget: when training stops, where the LR schedule ends

@@ -56,6 +56,13 @@ class Precision:
         # GradScaler stays: with a fused optimizer it skips on the device without a sync.
         return self.scaler is None and self.guard is not None and self.device_type == "cpu"
 
+    def use(self, name: str) -> None:
+        """Switch between bf16 autocast and fp32 between two steps (the precision A/B, train/trial/precision_ab.py).
+        Neither has a loss scaler or any state, so the switch is exact; fp16 (its GradScaler) is never switched."""
+        if self.scaler is not None or name not in ("bf16-mixed", "fp32"):
+            raise ValueError(f"cannot switch {self.name} to {name} between steps")
+        self.name, self.dtype = name, _DTYPES.get(name)
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype is None:
             return contextlib.nullcontext()

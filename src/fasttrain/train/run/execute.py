@@ -13,7 +13,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from fasttrain.datasets.sampler import EpochSampler
     from fasttrain.telemetry.recorder import Telemetry
     from fasttrain.train.loop.budget import TimeBudget
+    from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.trainer import Trainer
     from fasttrain.train.parallel.ddp import DistContext
     from fasttrain.train.run.opening import TrainLoader
@@ -151,7 +152,6 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.trainer import LoopOptions, Trainer
     from fasttrain.train.state.checkpoint import CheckpointPolicy
-    from fasttrain.train.trial import thread_ab
 
     prep, args, plan = run.prep, run.prep.args, run.prep.plan
     profile, bundle, sampler = prep.resolved.profile, prep.bundle, run.epoch_sampler
@@ -176,7 +176,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
                           launched_at=run.launched_at,
                           test_flip=profile.augment.validates_mirrored,
-                          before_step=thread_ab.hook(prep, run.tuning, listener.on_message) if run.dist is None else None)
+                          before_step=_step_abs(run, engine, listener, steps_per_epoch))
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
                         checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)
     trainer = Trainer(engine, io=io_, options=options, stop=stop, dist=run.dist)
@@ -188,6 +188,21 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
         if args.verbose or must_know(note):
             listener.on_message(f"note: {note}")
     return trainer
+
+
+def _step_abs(run: _Run, engine: StepEngine, listener: TrainListener,
+              steps_per_epoch: int) -> Callable[[int], None] | None:
+    """The A/Bs the run's first steps make (compute threads, CPU precision), each only where wanted; none under DDP
+    (the ranks would each pick their own)."""
+    from fasttrain.train.trial import precision_ab, thread_ab
+    from fasttrain.train.trial.step_ab import in_turn
+
+    if run.dist is not None:
+        return None
+    planned = None if run.budget is not None else run.prep.resolved.profile.optim.epochs * steps_per_epoch
+    return in_turn(thread_ab.hook(run.prep, run.tuning, listener.on_message),
+                   precision_ab.hook(run.prep, run.tuning, engine.precision, listener.on_message,
+                                     planned_steps=planned))
 
 
 def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[str, Any]:
@@ -231,6 +246,7 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
                 loader.shutdown()  # its workers ignore the signals the main process handles
     train_signals.after_training()  # a late SIGTERM must not cut the summary (commands/train ends this phase)
     summary = run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch)
+    summary["precision"] = trainer.engine.precision.name  # what ran: the precision A/B may have switched it
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
     if run.budget is not None:

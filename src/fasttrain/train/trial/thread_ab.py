@@ -1,57 +1,23 @@
-"""Compute threads against loader workers on the CPU, decided by the run's own first steps.
+"""Compute threads against loader workers on the CPU, decided by the run's own first steps (step_ab.StepAB).
 
 With loader workers on a CPU, torch's compute threads either take every core (the workers then share cores with
 them) or leave a core per worker. Which is faster depends on how much CPU the loading takes: on the built-in
 images a worker is idle most of the time and every core should compute; on large JPEGs a worker needs its
 core. The tuning trial times compute on random tensors, so it cannot see this contention, and a short run cannot
-afford a separate trial of each split. So the run's first real steps alternate the two thread counts
-(tuning/decide.ab_schedule), each step timed from one batch request to the next (data wait included), and the
-faster median wins for the rest of the run (tuning/decide.pick_threads); when two steps of each already show
-one arm clearly slower (decide.ab_settled), it stops there. The steps train as usual: the
-measurement costs only the slower arm's extra time on a handful of steps. Thread counts change with
-torch.set_num_threads, which takes effect at the next parallel region.
+afford a separate trial of each split. So the run's first real steps alternate the two thread counts. Thread
+counts change with torch.set_num_threads, which takes effect at the next parallel region.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.tuning import decide
+from fasttrain.train.trial.step_ab import StepAB
 
 if TYPE_CHECKING:
     from fasttrain.plan import Plan
     from fasttrain.train.types import Prepared
-
-
-class ThreadAB:
-    """A Trainer step hook: call it with the batch index before each step."""
-
-    def __init__(self, arms: list[int], set_threads: Callable[[int], None],
-                 on_done: Callable[[int, float, dict[int, list[float]]], None], clock: Callable[[], float] = time.perf_counter):
-        self.schedule = decide.ab_schedule(arms)
-        self.arms, self.set_threads, self.on_done, self.clock = arms, set_threads, on_done, clock
-        self.samples: dict[int, list[float]] = {a: [] for a in arms}
-        self.step = 0
-        self.started: float | None = None
-        self.done = False
-
-    def __call__(self, batch_index: int) -> None:
-        if self.done:
-            return
-        now = self.clock()
-        if self.started is not None and self.step > decide.AB_WARM_STEPS:  # the step that just ended was timed
-            self.samples[self.schedule[self.step - 1]].append(now - self.started)
-        if self.step == len(self.schedule) or decide.ab_settled(self.samples):
-            self.done = True
-            best, ratio = decide.pick_threads(self.samples, current=self.arms[0])
-            self.set_threads(best)
-            self.on_done(best, ratio, self.samples)
-            return
-        self.set_threads(self.schedule[self.step])
-        self.step += 1
-        self.started = now
 
 
 def arms_for(plan: Plan, cores: int) -> list[int]:
@@ -69,7 +35,7 @@ def wanted(plan: Plan, prep: Prepared, tuning: dict[str, Any], env: dict[str, st
             and not prep.resolved.user_set("loader.num_workers"))
 
 
-def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> ThreadAB | None:
+def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> StepAB | None:
     """The A/B step hook for this run's loop (LoopOptions.before_step) when wanted, else None; its result goes to
     the dashboard and the measurement cache (doctor, bench and the next run's plan read it there)."""
     import os
@@ -89,7 +55,7 @@ def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> 
             f"{other} over the first steps (median of {len(samples[best])} steps each)")
         _record(prep, best, other, ratio)
 
-    return ThreadAB(arms, torch.set_num_threads, done)
+    return StepAB(arms, torch.set_num_threads, done)
 
 
 def _record(prep: Prepared, best: int, other: int, ratio: float) -> None:
