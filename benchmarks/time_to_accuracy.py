@@ -24,7 +24,7 @@ accuracy, and fasttrain's speed-up against each peer (peer time / fasttrain time
 ratios). Exit 1 when fasttrain's default recipe misses --target-plain or --target-lightning on real data, or
 ends less accurate than a peer.
 
-  .venv/bin/python benchmarks/time_to_accuracy.py [--rounds 3] [--epochs 8] [--target ACC]
+  .venv/bin/python benchmarks/time_to_accuracy.py [--rounds 3] [--epochs 8] [--target ACC] [--model resnet18]
       [--data digits photos photos-large shapes]
 """
 from __future__ import annotations
@@ -106,10 +106,11 @@ def shapes_folder() -> Path:
     return ensure_shapes()
 
 
-def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: int) -> list[dict[str, float]]:
+def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: int,
+                  model: str = "resnet18") -> list[dict[str, float]]:
     name = f"r{len(list(work.glob('runs/*')))}"
     env = {**os.environ, "FASTTRAIN_CACHE": str(work / f"cache-{name}")}  # a first run: nothing cached
-    cmd = [sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", "resnet18",
+    cmd = [sys.executable, "-m", "fasttrain", "train", "--data", str(data), "--model", model,
            "--image-size", "32", "--epochs", str(epochs), "--runs-dir", str(work / "runs"), "--run-name", name,
            "--seed", str(seed), "--quiet", *extra]
     launched = time.time()
@@ -120,12 +121,12 @@ def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: i
             if r.get("kind") == "epoch"]
 
 
-def run_peer(way: str, data: Path, epochs: int, work: Path) -> list[dict[str, float]]:
+def run_peer(way: str, data: Path, epochs: int, work: Path, model: str = "resnet18") -> list[dict[str, float]]:
     out = work / f"{way}-{len(list(work.glob(f'{way}-*.jsonl')))}.jsonl"
     launched = time.time()
     subprocess.run([sys.executable, str(HERE / "tta_peer.py"), "--way", way, "--data", str(data), "--epochs",
-                    str(epochs), "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                   timeout=3600, check=True)
+                    str(epochs), "--out", str(out), "--model", model], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, text=True, timeout=3600, check=True)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     return [{**r, "elapsed_s": r["time"] - launched} for r in rows]
 
@@ -150,6 +151,7 @@ def main() -> int:
     ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'",
                     help="another fasttrain recipe, e.g. sgd='--set optim.optimizer=sgd'")
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    ap.add_argument("--model", default="resnet18", help="a timm model name for every contender (default resnet18)")
     ap.add_argument("--target-plain", type=float, default=1.5)
     ap.add_argument("--target-lightning", type=float, default=1.2)
     args = ap.parse_args()
@@ -167,8 +169,8 @@ def main() -> int:
             for r in range(args.rounds):
                 order = ways[r % len(ways):] + ways[:r % len(ways)]
                 for way in order:
-                    rows = run_peer(way, folder, args.epochs, work) if way in PEERS else \
-                        run_fasttrain(folder, args.epochs, recipes[way], work, seed=r)
+                    rows = run_peer(way, folder, args.epochs, work, args.model) if way in PEERS else \
+                        run_fasttrain(folder, args.epochs, recipes[way], work, seed=r, model=args.model)
                     runs[way].append(rows)
                     t, e = reached(rows, target)
                     print(f"# {data} round {r + 1} {way}: {target:.0%} at {t:.1f} s (epoch {e}), "
@@ -184,7 +186,7 @@ def target_of(args: argparse.Namespace, data: str) -> float:
 def report(data: str, runs: dict[str, list[list[dict[str, float]]]], args: argparse.Namespace,
            recipes: dict[str, list[str]]) -> bool:
     target = target_of(args, data)
-    print(f"\n{data}: resnet18 at 32 px, {args.epochs} epochs, target {target:.0%}, {args.rounds} rounds")
+    print(f"\n{data}: {args.model} at 32 px, {args.epochs} epochs, target {target:.0%}, {args.rounds} rounds")
     print("| contender | time to target (median) | epoch | final acc (median) | best acc (median) |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for way, rounds in runs.items():

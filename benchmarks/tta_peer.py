@@ -9,7 +9,7 @@ Each process writes one JSON line per epoch to --out: {"epoch", "val_acc1", "ela
 time.time() when the epoch's validation ended, from which time_to_accuracy.py counts the seconds since it
 launched the process (as for fasttrain's epoch rows), so imports and start-up count for everyone; elapsed_s is
 counted from psutil's process start (informative: on a VM whose boot time is rounded it can be ~1 s early).
-The model is timm's resnet18, as `fasttrain train --model resnet18` builds it.
+The model is timm's resnet18 (--model: another timm name), as `fasttrain train --model NAME` builds it.
 
   python benchmarks/tta_peer.py --way plain --data DIR --epochs 8 --image-size 32 --out FILE
 """
@@ -53,7 +53,7 @@ def plain(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
 
     train, val, classes = loaders(args.data, args.image_size, args.batch, 2)
-    model = timm.create_model("resnet18", num_classes=classes)
+    model = timm.create_model(args.model, num_classes=classes)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train))
     for epoch in range(1, args.epochs + 1):
@@ -84,7 +84,7 @@ def lightning(args: argparse.Namespace) -> None:
     class Module(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = timm.create_model("resnet18", num_classes=classes).to(memory_format=torch.channels_last)
+            self.net = timm.create_model(args.model, num_classes=classes).to(memory_format=torch.channels_last)
             self.hits = self.seen = 0
 
         def training_step(self, batch, _):  # noqa: ANN001, ANN201
@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default="resnet18", help="a timm model name (default resnet18)")
     args = ap.parse_args()
     (plain if args.way == "plain" else lightning)(args)
 

@@ -73,7 +73,8 @@ def train_cmd(
                                                 rich_help_panel="Several GPUs",
                                                 help="Where node 0 waits for the others (needed with --nnodes > 1)."),
     no_tune: bool = typer.Option(False, "--no-tune", help="Skip the short timed trial of the candidate speed "
-                                 "settings before the first epoch (and any cached result of one)."),
+                                 "settings before the first epoch, the A/B of the first steps (threads, CPU "
+                                 "precision) and any cached result of them."),
     time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION", rich_help_panel="Time budget",
                                               help="The whole run's time (90s, 15m, 2h, 1h30m): the schedule ends at "
                                                    "it, with the last validation and checkpoint inside it."),
