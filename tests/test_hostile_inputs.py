@@ -272,7 +272,7 @@ def test_cache_that_is_a_file_is_exit_2(cli, tmp_path: Path, monkeypatch: pytest
     one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "blank")
     monkeypatch.setenv("FASTTRAIN_CACHE", "~no_such_user_here/cache")  # a ~user with no home: no expansion
     one_error_line(cli("train", "--dry-run", "--data", "shapes"), "FASTTRAIN_CACHE", "cannot expand",
-                   "no such user's home directory")
+                   "no user 'no_such_user_here' on this machine")
 
 
 def test_data_under_a_home_that_does_not_exist_is_exit_2(cli) -> None:

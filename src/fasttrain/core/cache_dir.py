@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.paths import expand_user
 
 
 CACHE_FIX = "set FASTTRAIN_CACHE to a writable directory, e.g. FASTTRAIN_CACHE=/tmp/fasttrain-cache"
@@ -23,11 +24,7 @@ def default_cache_dir() -> Path:
     if env and "\x00" in env:
         raise UserError([Problem("FASTTRAIN_CACHE", "contains a NUL byte", CACHE_FIX, env)])
     if env:
-        try:
-            return Path(env).expanduser()
-        except RuntimeError:  # ~name where no user `name` exists
-            raise UserError([Problem("FASTTRAIN_CACHE", f"cannot expand {env!r}: no such user's home directory",
-                                     CACHE_FIX, env)]) from None
+        return expand_user(env, "FASTTRAIN_CACHE", CACHE_FIX)
     try:
         home = Path.home()
     except (RuntimeError, KeyError) as exc:  # no HOME and no passwd entry

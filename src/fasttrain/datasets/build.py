@@ -13,6 +13,7 @@ from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import datasets as given_datasets, is_given
+from fasttrain.core.paths import expand_user
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget
 from fasttrain.datasets.image_folder import VAL_FRACTION
@@ -85,11 +86,7 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
                           class_names=[], kind="synthetic", source="synthetic",
                           train_size=SYNTHETIC_EPOCH_SAMPLES, strict=strict,
                           in_memory="synthetic data are tensors in memory")
-    try:
-        path = Path(spec).expanduser()
-    except RuntimeError:  # ~name where no user `name` exists: there is no home directory to expand to
-        raise UserError([Problem("--data", f"cannot expand {spec!r}: no user {spec[1:].split('/')[0]!r} on this "
-                                 "machine", "give the folder's full path", spec)]) from None
+    path = expand_user(spec, "--data", "give the folder's full path")
     from fasttrain.datasets.shards import is_prepared, shard_bundle
 
     if path.is_dir() and is_prepared(path):
