@@ -201,9 +201,10 @@ def report(data: str, runs: dict[str, list[list[dict[str, float]]]], args: argpa
         for peer, want in (("plain", args.target_plain), ("lightning", args.target_lightning)):
             if peer not in runs:
                 continue
-            ratios = [reached(p, target)[0] / reached(f, target)[0]
-                      for p, f in zip(runs[peer], runs[recipe])]
-            ratio = statistics.median(ratios)
+            pairs = [(reached(p, target)[0], reached(f, target)[0]) for p, f in zip(runs[peer], runs[recipe])]
+            # inf: only the peer missed the target; 0: only fasttrain did; a round both missed says nothing
+            ratios = [p / f for p, f in pairs if math.isfinite(p) or math.isfinite(f)]
+            ratio = statistics.median(ratios) if ratios else math.nan
             final_ok = statistics.median(r[-1]["val_acc1"] for r in runs[recipe]) >= \
                 statistics.median(r[-1]["val_acc1"] for r in runs[peer])
             print(f"{recipe} reaches {target:.0%} {ratio:.2f}x sooner than {peer} (target {want}x; per round "
