@@ -56,3 +56,8 @@ def test_notes_show_auto_not_none() -> None:
     from fasttrain.train.trial.choice import tuning_line
     line = tuning_line({"date": "2026-11-25", "spent_s": 5.5, "choice": {"cpu_threads": None, "workers": 0}})
     assert "None" not in line and "cpu_threads=auto" in line
+    # a choice the first steps' A/B of an earlier run cached (no trial: no date or seconds of one)
+    cached = tuning_line({"cached": True, "choice": {"precision": "fp32"},
+                          "measurements": [{"setting": "precision", "value": "fp32", "date": "2026-11-26"}]})
+    assert cached == ("measured 2026-11-26 in an earlier run's first steps (cached: no trial this run): "
+                      "precision=fp32")

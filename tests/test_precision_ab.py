@@ -111,6 +111,8 @@ def test_a_short_cpu_run_measures_its_precision_and_the_next_run_keeps_it(cli, t
     # The next run with this machine, model and data starts at the measured precision, without an A/B.
     again = cli(*args, "--run-name", "again")
     assert again.code == 0 and not any("ms a step in" in line for line in again.out.splitlines())
+    assert f"in an earlier run's first steps (cached: no trial this run): precision={chose}" in again.out
+    assert "None" not in again.out and "measured ?" not in again.out
     assert json.loads((tmp_path / "runs" / "again" / "summary.json").read_text())["precision"] == chose
 
 

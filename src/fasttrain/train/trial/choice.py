@@ -81,7 +81,12 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
     skipped = "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", [])) \
         if findings.get("skipped") else ""
     spent = findings.get("spent_s", (findings.get("trial") or {}).get("spent_s"))
-    when = findings.get("date", (findings.get("trial") or {}).get("date", "?"))
+    when = findings.get("date", (findings.get("trial") or {}).get("date"))
+    if spent is None:  # no trial: a choice the first steps' A/Bs of an earlier run measured (threads, precision)
+        dates = [m["date"] for m in findings.get("measurements", []) if isinstance(m, dict) and m.get("date")]
+        head = f"measured {when or (max(dates) if dates else 'earlier')} in an earlier run's first steps"
+    else:
+        head = f"measured {when or '?'} in {spent} s"
     cached = " (cached: no trial this run)" if findings.get("cached") else ""
-    return f"measured {when} in {spent} s{cached}: " + ", ".join(
+    return f"{head}{cached}: " + ", ".join(
         f"{k}={_shown(v)}" for k, v in (findings.get("choice") or {}).items()) + skipped
