@@ -129,7 +129,8 @@ def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec,
         train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size))
         val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size))
     except (tarfile.TarError, OSError, ValueError, KeyError) as exc:  # a shard cut short or overwritten
-        raise UserError([Problem("--data", f"{root}: a shard cannot be read ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0]})", "rerun fasttrain data prepare into a new --out")]) from exc
+        first = (str(exc).splitlines() or [""])[0]
+        raise UserError([Problem("--data", f"{root}: a shard cannot be read ({type(exc).__name__}: {first})",
+                                 "rerun fasttrain data prepare into a new --out")]) from exc
     return DataBundle(train=train, val=val, num_classes=len(classes), class_names=classes, kind="images",
                       source=source, train_size=len(train), val_size=len(val), strict=strict)
