@@ -102,9 +102,9 @@ class FastTransform:
         rest = fuse_normalise([s for s in steps[1:] if not isinstance(s, v2.PILToTensor)])
         # The standard normalisation as the last step: uint8 out, normalise_batch on the device does it.
         self.deferred = bool(defer_normalise and rest and isinstance(rest[-1], ScaledNormalise) and rest[-1].standard)
-        steps = rest[:-1] if self.deferred else rest
+        kept = rest[:-1] if self.deferred else rest
         # No step left (no flip, normalising deferred): torchvision's Compose refuses an empty list.
-        self.rest = v2.Compose(steps) if steps else _unchanged
+        self.rest = v2.Compose(kept) if kept else _unchanged
 
     def __call__(self, data: bytes) -> Any:
         from torchvision.transforms import v2
