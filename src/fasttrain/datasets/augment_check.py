@@ -1,9 +1,9 @@
 """The preset's augmentation checked against an image folder or a prepared shard set, the same way wherever a
 command reads the data (`train` before it plans, `estimate --data` before it forecasts): flips
 (datasets/flip_check.py) and the crop's smallest area (datasets/crop_check.py), both measured on one sample of
-thumbnails. A preset's flips are turned
-off for data whose classes have a handedness (digits, letters), a preset's crop made gentler where its crops cut
-the class away (small images the class fills); what the user set stays, with a warning."""
+thumbnails. A preset's flips are turned off for data whose classes have a handedness (digits, letters), a
+preset's crop made gentler where its crops cut the class away (small images the class fills); what the user set
+stays, with a warning."""
 from __future__ import annotations
 
 import io

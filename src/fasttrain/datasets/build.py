@@ -57,8 +57,8 @@ class ImageFiles:
         return transformed(self.transform, image, sample_seed), target
 
 
-def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0, val_fraction: float = VAL_FRACTION,
-                   strict: bool = False, num_classes: int | None = None,
+def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0,
+                   val_fraction: float = VAL_FRACTION, strict: bool = False, num_classes: int | None = None,
                    decode: DecodeBudget | None = None) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
     a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes).

@@ -58,7 +58,8 @@ class Forecast:
         return asdict(self)
 
 
-def _validation_s(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, val_size: int | None) -> float | None:
+def _validation_s(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings,
+                  val_size: int | None) -> float | None:
     """Seconds of each epoch's validation on one device (its share of the images under DDP), or None when the
     images or the model's forward ops are unknown."""
     if val_size is None or device.ceilings is None or getattr(cost, "forward_ops", None) is None:

@@ -30,12 +30,12 @@ IMAGENET_VAL_SIZE = 50_000       # and the images it validates after each epoch:
 
 def val_size_for(dataset_size: int | None) -> int:
     """Images validated after each epoch when no data are given: ImageNet-1k's val set by default; for
-    --dataset-size N training images, the share `train` splits off a folder without a val/ (TRAIN_VAL_FRACTION
-    of all its images). Pure."""
+    --dataset-size N training images, the share `train` splits off a folder without a val/
+    (image_folder.VAL_FRACTION of all its images). Pure."""
     if dataset_size is None:
         return IMAGENET_VAL_SIZE
-    from fasttrain.estimate.loader_sample import TRAIN_VAL_FRACTION
-    return max(1, round(dataset_size * TRAIN_VAL_FRACTION / (1 - TRAIN_VAL_FRACTION)))
+    from fasttrain.datasets.image_folder import VAL_FRACTION
+    return max(1, round(dataset_size * VAL_FRACTION / (1 - VAL_FRACTION)))
 
 
 @dataclass

@@ -221,7 +221,8 @@ def render_estimate(est: Estimate, model: str, out: Console) -> None:
     if est.budget is not None:
         b = est.budget
         buys = (f"about {b['epochs']:.1f} epochs ({b['images']:,} images, {b['optimizer_steps']:,} optimizer steps) "
-                f"at {b['epoch_s']:.1f} s an epoch with its validation" if b["epochs"] is not None else "unknown: no epoch time")
+                f"at {b['epoch_s']:.1f} s an epoch with its validation" if b["epochs"] is not None
+                else "unknown: no epoch time")
         out.print(f"time budget {fmt_duration(b['budget_s'])}: {buys}; `train --time-budget` plans the same and "
                   "re-plans from the measured steps", highlight=False)
     if est.measured is not None:

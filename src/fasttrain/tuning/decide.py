@@ -162,10 +162,15 @@ def ab_settled(samples: dict[Any, list[float]], min_each: int = 2, gap: float = 
     return all(min(v) > fastest_worst * gap for v in timed if max(v) != fastest_worst)
 
 
+def arm_medians(samples: dict[Any, list[float]]) -> dict[Any, float]:
+    """Each timed arm's median step time (seconds). Pure."""
+    return {arm: sorted(v)[len(v) // 2] for arm, v in samples.items() if v}
+
+
 def pick_arm(samples: dict[Any, list[float]], current: Any, margin: float = KEEP_MARGIN) -> tuple[Any, float]:
     """The arm (a thread count, a precision) whose median step time is lowest, kept over `current` only when it
     is faster by more than the noise margin -> (arm, how many times faster it is than the slowest arm). Pure."""
-    medians = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
+    medians = arm_medians(samples)
     if not medians:
         return current, 1.0
     best = min(medians, key=lambda t: (medians[t], t))  # arms of one kind: ints or names

@@ -1,5 +1,6 @@
 """What the tuning trial may change and how its choice becomes the plan: the settings the user left open, the
-cache key of a trial, a cached choice applied without a trial, and the one line that says what was measured."""
+cache key of a trial, a cached choice applied without a trial (or kept by the first steps' A/Bs), and the one
+line that says what was measured."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,7 @@ from fasttrain.plan import Plan
 from fasttrain.profiles.presets import Resolved
 from fasttrain.profiles.schema import Profile
 from fasttrain.train.types import Prepared
-from fasttrain.tuning.store import TrialKey, lookup, machine_id
+from fasttrain.tuning.store import Measurement, TrialKey, lookup, machine_id, record
 
 # Settings the trial may change, with the profile key whose provenance says whether the user chose it.
 TUNABLE = {"workers": "loader.num_workers", "precision": "speed.precision", "channels_last": "speed.channels_last",
@@ -90,3 +91,15 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
     cached = " (cached: no trial this run)" if findings.get("cached") else ""
     return f"{head}{cached}: " + ", ".join(
         f"{k}={_shown(v)}" for k, v in (findings.get("choice") or {}).items()) + skipped
+
+
+def record_first_steps(prep: Prepared, measurement: Measurement, **choice: Any) -> None:
+    """Keep what an A/B of the first steps measured (train/trial/step_ab.py) in the measurement cache, with its
+    choice merged into the cached one, so the next run on this machine, model and data starts there without it."""
+    try:
+        key = trial_key(prep)
+        merged = dict((lookup(key) or {}).get("choice") or {})
+        merged.update(choice)
+        record(key, measurements=[measurement], choice=merged)
+    except Exception:  # noqa: BLE001 - a cache that cannot be written costs the next run this A/B, nothing more
+        pass

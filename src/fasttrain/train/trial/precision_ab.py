@@ -15,8 +15,10 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.format import fmt_number
+from fasttrain.train.trial.choice import record_first_steps
 from fasttrain.train.trial.step_ab import StepAB
 from fasttrain.tuning import decide
+from fasttrain.tuning.store import Measurement
 
 if TYPE_CHECKING:
     from fasttrain.train.loop.precision import Precision
@@ -49,25 +51,14 @@ def hook(prep: Prepared, tuning: dict[str, Any], precision: Precision, say: Call
 
     def done(best: str, ratio: float, samples: dict[str, list[float]]) -> None:
         other = next(a for a in ARMS if a != best)
-        ms = {a: 1000 * sorted(v)[len(v) // 2] for a, v in samples.items() if v}
+        ms = {a: 1000 * s for a, s in decide.arm_medians(samples).items()}
         kept = "kept" if best == prep.plan.precision else f"instead of {other}"
-        say(f"tuning: {best} {kept}: " + ", ".join(f"{fmt_number(ms[a], 3)} ms a step in {a}" for a in ARMS if a in ms)
-            + f" (median of {len(samples[best])} steps each; fp32 must be {decide.PRECISION_SWITCH_MARGIN:.0%} "
-            "faster to replace bf16; --set speed.precision=... decides it yourself)")
-        _record(prep, best, other, ratio)
+        steps = ", ".join(f"{fmt_number(ms[a], 3)} ms a step in {a}" for a in ARMS if a in ms)
+        say(f"tuning: {best} {kept}: {steps} (median of {len(samples[best])} steps each; fp32 must be "
+            f"{decide.PRECISION_SWITCH_MARGIN:.0%} faster to replace bf16; --set speed.precision=... decides it "
+            "yourself)")
+        record_first_steps(prep, Measurement("precision", best, round(ratio, 3), "train (first steps)",
+                                             date.today().isoformat(), f"vs {other}", against=other),
+                           precision=best)
 
     return StepAB(list(ARMS), precision.use, done, warm_each=WARM_EACH, margin=decide.PRECISION_SWITCH_MARGIN)
-
-
-def _record(prep: Prepared, best: str, other: str, ratio: float) -> None:
-    from fasttrain.train.trial.choice import trial_key
-    from fasttrain.tuning.store import Measurement, lookup, record
-    try:
-        key = trial_key(prep)
-        choice = dict((lookup(key) or {}).get("choice") or {})
-        choice.update(precision=best)
-        record(key, measurements=[Measurement("precision", best, round(ratio, 3), "train (first steps)",
-                                              date.today().isoformat(), f"vs {other}", against=other)],
-               choice=choice)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written costs the next run this A/B, nothing more
-        pass

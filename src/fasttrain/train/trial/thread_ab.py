@@ -13,7 +13,9 @@ from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
+from fasttrain.train.trial.choice import record_first_steps
 from fasttrain.train.trial.step_ab import StepAB
+from fasttrain.tuning.store import Measurement
 
 if TYPE_CHECKING:
     from fasttrain.plan import Plan
@@ -53,19 +55,8 @@ def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> 
         other = [a for a in arms if a != best][0]
         say(f"tuning: {best} compute threads with {plan.workers} loader worker(s): {ratio:.2f}x the speed of "
             f"{other} over the first steps (median of {len(samples[best])} steps each)")
-        _record(prep, best, other, ratio)
+        record_first_steps(prep, Measurement("threads", best, round(ratio, 3), "train (first steps)",
+                                             date.today().isoformat(), f"vs {other} threads"),
+                           workers=plan.workers, cpu_threads=best)
 
     return StepAB(arms, torch.set_num_threads, done)
-
-
-def _record(prep: Prepared, best: int, other: int, ratio: float) -> None:
-    from fasttrain.train.trial.choice import trial_key
-    from fasttrain.tuning.store import Measurement, lookup, record
-    try:
-        key = trial_key(prep)
-        choice = dict((lookup(key) or {}).get("choice") or {})
-        choice.update(workers=prep.plan.workers, cpu_threads=best)
-        record(key, measurements=[Measurement("threads", best, round(ratio, 3), "train (first steps)",
-                                              date.today().isoformat(), f"vs {other} threads")], choice=choice)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written costs the next run this A/B, nothing more
-        pass
