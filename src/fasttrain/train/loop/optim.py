@@ -2,8 +2,9 @@
 
 - Weight decay applies to weight matrices and conv kernels only: decaying norm scales and biases
   (tensors with one dimension or fewer) hurts accuracy and buys no regularisation.
-- Fused kernels where the Plan says the device supports them (CUDA), else the multi-tensor
-  `foreach` path: both replace one kernel launch per parameter with a few for all of them.
+- Fused kernels where the Plan asks for them (the default on CUDA and the CPU), else the multi-tensor
+  `foreach` path: both replace one kernel launch per parameter with a few for all of them. On the CPU with
+  channels_last weights, Adam and AdamW step through `cpu_adam` (torch's fused kernel without its copies).
 - The LR changes per optimizer step (not per epoch): linear warm-up from lr/warmup_steps to the
   scaled LR, then cosine to zero, step decay, constant, or reduce-on-plateau after each validation.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from fasttrain.profiles.schema import OptimSpec
+from fasttrain.train.loop.cpu_adam import DenseAdam, DenseAdamW, wants_dense_step
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -31,16 +33,18 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
 
 
 def build_optimizer(model: torch.nn.Module, spec: OptimSpec, lr: float, *, fused: bool) -> torch.optim.Optimizer:
-    """`fused` comes from Plan.fused_optimizer (True on CUDA when the profile allows it)."""
+    """`fused` comes from Plan.fused_optimizer (the profile's speed.fused_optimizer). Build it after the model
+    has its memory format: the choice of Adam's step looks at the weights' layout."""
     groups = param_groups(model, spec.weight_decay)
     kernel = {"fused": True} if fused else {"foreach": True}
+    dense = wants_dense_step([p for group in groups for p in group["params"]], fused=fused)
     if spec.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=spec.momentum, nesterov=spec.momentum > 0, **kernel)
     if spec.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, **kernel)
+        return (DenseAdamW if dense else torch.optim.AdamW)(groups, lr=lr, **kernel)
     if spec.optimizer == "adam":
         # Adam's own weight_decay is L2 in the gradient (not decoupled); kept as the user asked for it.
-        return torch.optim.Adam(groups, lr=lr, **kernel)
+        return (DenseAdam if dense else torch.optim.Adam)(groups, lr=lr, **kernel)
     raise ValueError(f"unknown optimizer {spec.optimizer!r}")
 
 

@@ -1,0 +1,116 @@
+"""cpu_adam.py: torch's fused Adam/AdamW step on the CPU without copying channels_last weights.
+
+The step must be torch's, bit for bit: same weights, same moments, same step counts, for both kinds, both weight
+decay groups, over several steps; checkpoints move between it and torch's class in both directions; a state whose
+layout does not match its weight (loaded from elsewhere) still steps right (the kernel copies, as torch's does).
+"""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from fasttrain.profiles.schema import OptimSpec
+from fasttrain.train.loop.cpu_adam import DenseAdam, DenseAdamW, dense_views, wants_dense_step
+from fasttrain.train.loop.optim import build_optimizer
+
+
+def _net(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(8, 5))
+    return net.to(memory_format=torch.channels_last)
+
+
+def _train(net: torch.nn.Module, opt: torch.optim.Optimizer, steps: int, seed: int = 1) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for lr in [3e-3, 2e-3, 1e-3, 5e-4][:steps]:
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x = torch.randn(4, 3, 6, 6, generator=gen).contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, 5, (4,), generator=gen)
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+
+
+def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("ours,theirs", [(DenseAdamW, torch.optim.AdamW), (DenseAdam, torch.optim.Adam)])
+def test_bit_identical_to_torchs_fused_step(ours: type, theirs: type) -> None:
+    mine, ref = _net(), _net()
+    groups = lambda net: [{"params": [p for p in net.parameters() if p.ndim > 1], "weight_decay": 0.05},  # noqa: E731
+                          {"params": [p for p in net.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+    opt, ref_opt = ours(groups(mine), lr=1e-3, fused=True), theirs(groups(ref), lr=1e-3, fused=True)
+    assert not mine[0].weight.is_contiguous()  # the case the class is for: channels_last conv weights
+    _train(mine, opt, 4)
+    _train(ref, ref_opt, 4)
+    assert not _same(mine, _net())  # it trained
+    assert _same(mine, ref)
+    for p, q in zip(mine.parameters(), ref.parameters()):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt.state[p][key], ref_opt.state[q][key]), key
+        assert opt.state[p]["exp_avg"].stride() == p.stride()  # moments keep the weight's layout
+
+
+def test_checkpoints_move_both_ways_with_torchs_class() -> None:
+    def saved(opt: torch.optim.Optimizer) -> dict:
+        buffer = io.BytesIO()
+        torch.save(opt.state_dict(), buffer)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=True)
+
+    start = _net()
+    _train(start, first := DenseAdamW(start.parameters(), lr=1e-3, fused=True), 2)
+    ours_net, torch_net = _net(), _net()
+    ours_net.load_state_dict(start.state_dict())
+    torch_net.load_state_dict(start.state_dict())
+    ours = DenseAdamW(ours_net.parameters(), lr=1e-3, fused=True)
+    theirs = torch.optim.AdamW(torch_net.parameters(), lr=1e-3, fused=True)
+    ours.load_state_dict(saved(first))
+    theirs.load_state_dict(saved(first))
+    _train(ours_net, ours, 2, seed=7)
+    _train(torch_net, theirs, 2, seed=7)
+    assert _same(ours_net, torch_net)
+    back = DenseAdamW(_net().parameters(), lr=1e-3, fused=True)
+    back.load_state_dict(saved(theirs))  # torch's state into ours
+    assert back.state_dict()["state"][0]["step"].item() == 4
+
+
+def test_a_state_laid_out_unlike_its_weight_still_steps_right() -> None:
+    mine, ref = _net(), _net()
+    opt = DenseAdamW(mine.parameters(), lr=1e-3, fused=True)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, fused=True)
+    _train(mine, opt, 1)
+    _train(ref, ref_opt, 1)
+    conv, ref_conv = mine[0].weight, ref[0].weight
+    opt.state[conv]["exp_avg"] = opt.state[conv]["exp_avg"].contiguous()  # as a state from elsewhere may be
+    ref_opt.state[ref_conv]["exp_avg"] = ref_opt.state[ref_conv]["exp_avg"].contiguous()
+    assert dense_views([conv, conv, opt.state[conv]["exp_avg"]])[0] is conv  # mixed layouts: handed over as is
+    assert dense_views([conv, conv])[0].is_contiguous()  # alike: the contiguous view
+    _train(mine, opt, 3, seed=3)
+    _train(ref, ref_opt, 3, seed=3)
+    assert _same(mine, ref)
+
+
+def test_build_optimizer_picks_it_only_for_fused_channels_last_adam() -> None:
+    spec = OptimSpec(optimizer="adamw", weight_decay=0.05)
+    assert type(build_optimizer(_net(), spec, 1e-3, fused=True)) is DenseAdamW
+    assert type(build_optimizer(_net(), spec.model_copy(update={"optimizer": "adam"}), 1e-3, fused=True)) is DenseAdam
+    assert type(build_optimizer(_net(), spec, 1e-3, fused=False)) is torch.optim.AdamW  # foreach: no copies
+    plain = _net().to(memory_format=torch.contiguous_format)
+    assert type(build_optimizer(plain, spec, 1e-3, fused=True)) is torch.optim.AdamW
+    assert type(build_optimizer(_net(), spec.model_copy(update={"optimizer": "sgd"}), 1e-3, fused=True)) \
+        is torch.optim.SGD
+    assert not wants_dense_step([torch.zeros(2, 3)], fused=True)
+
+
+def test_amsgrad_is_refused_not_silently_dropped() -> None:
+    net = _net()
+    opt = DenseAdamW(net.parameters(), lr=1e-3, fused=True, amsgrad=True)
+    with pytest.raises(ValueError, match="amsgrad"):
+        _train(net, opt, 1)
