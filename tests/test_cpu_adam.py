@@ -114,3 +114,28 @@ def test_amsgrad_is_refused_not_silently_dropped() -> None:
     opt = DenseAdamW(net.parameters(), lr=1e-3, fused=True, amsgrad=True)
     with pytest.raises(ValueError, match="amsgrad"):
         _train(net, opt, 1)
+
+
+def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class() -> None:
+    """fp16's GradScaler (and the non-finite guard's, at scale 1) hands the fused step its scale and found-inf
+    flag as attributes: a scaled step matches torch's, a step with an infinite gradient changes nothing."""
+    nets = {"ours": _net(), "torch": _net()}
+    opts = {"ours": DenseAdamW(nets["ours"].parameters(), lr=1e-3, fused=True),
+            "torch": torch.optim.AdamW(nets["torch"].parameters(), lr=1e-3, fused=True)}
+    scalers = {k: torch.amp.GradScaler("cpu", init_scale=1024.0) for k in nets}
+    x = torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(5)).contiguous(memory_format=torch.channels_last)
+    y = torch.tensor([0, 1, 2, 3])
+    for poison in (False, True, False):
+        for key, net in nets.items():
+            opts[key].zero_grad(set_to_none=True)
+            scalers[key].scale(torch.nn.functional.cross_entropy(net(x), y)).backward()
+            if poison:
+                net[0].weight.grad[0, 0, 0, 0] = float("inf")
+            before = [p.detach().clone() for p in net.parameters()]
+            scalers[key].step(opts[key])
+            scalers[key].update()
+            if poison:  # skipped: no weight moved, the step count did not advance
+                assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+        assert _same(nets["ours"], nets["torch"])
+    assert opts["ours"].state[nets["ours"][0].weight]["step"].item() == 2
+    assert opts["torch"].state[nets["torch"][0].weight]["step"].item() == 2

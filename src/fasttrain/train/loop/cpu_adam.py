@@ -46,12 +46,15 @@ class _DenseStep:
     state: dict[torch.Tensor, dict[str, Any]]
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None, *, grad_scale: torch.Tensor | None = None,
-             found_inf: torch.Tensor | None = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """As Adam.step: a GradScaler (fp16's, or the non-finite guard's at scale 1) hands its scale and its
+        found-inf flag as the attributes `grad_scale` and `found_inf`; the fused kernel unscales the gradients
+        and leaves the weights alone where found_inf is set."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         for group in self.param_groups:
             self._step_group(group, grad_scale, found_inf)
         return loss
