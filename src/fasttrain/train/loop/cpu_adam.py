@@ -46,7 +46,7 @@ class _DenseStep:
     state: dict[torch.Tensor, dict[str, Any]]
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         """As Adam.step: a GradScaler (fp16's, or the non-finite guard's at scale 1) hands its scale and its
         found-inf flag as the attributes `grad_scale` and `found_inf`; the fused kernel unscales the gradients
         and leaves the weights alone where found_inf is set."""
@@ -81,6 +81,8 @@ class _DenseStep:
             steps.append(state["step"])
         if not steps:
             return
+        # The ops torch's own Adam runs for fused=True (torch/optim/adam.py, _fused_adam): private names, but the
+        # same calls, so the arithmetic is torch's; the only difference is the views handed to them.
         torch._foreach_add_(steps, 1)
         kernel = torch._fused_adamw_ if group.get("decoupled_weight_decay", False) else torch._fused_adam_
         beta1, beta2 = group["betas"]
