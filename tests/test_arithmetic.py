@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.core.format import fmt_bytes
+from fasttrain.core.format import fmt_bytes, fmt_duration
 
 
 def test_lr_scales_linearly_with_total_batch() -> None:
@@ -63,3 +63,16 @@ def test_default_workers_and_budget_cap() -> None:
 def test_human_bytes_units() -> None:
     assert fmt_bytes(230 * ar.MIB) == "230 MiB"
     assert fmt_bytes(8.1 * ar.GIB) == "8.1 GiB"
+
+
+def test_one_duration_format_from_hundredths_to_days() -> None:
+    """fmt_duration serves every forecast length, the estimate's validation row among them (it had its own
+    two-decimal format for times under a second)."""
+    assert fmt_duration(0.044) == "0.04 s"
+    assert fmt_duration(0.5) == "0.50 s"
+    assert fmt_duration(1.0) == "1.0 s"
+    assert fmt_duration(42.04) == "42.0 s"
+    assert fmt_duration(750) == "12.5 min"
+    assert fmt_duration(3.2 * 3600) == "3.2 h"
+    assert fmt_duration(4.1 * 86400) == "4.1 days"
+    assert fmt_duration(None) == "unknown"

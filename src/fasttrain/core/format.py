@@ -26,9 +26,12 @@ def fmt_clock(seconds: float | None, missing: str = "-") -> str:
 
 
 def fmt_duration(seconds: float | None, missing: str = "unknown") -> str:
-    """A forecast length in the largest unit that keeps it readable: 42.0 s, 12.5 min, 3.2 h, 4.1 days."""
+    """A forecast length in the largest unit that keeps it readable: 0.12 s, 42.0 s, 12.5 min, 3.2 h, 4.1 days
+    (under a second, two decimals: a validation pass of 0.04 s is not 0.0 s)."""
     if seconds is None:
         return missing
+    if seconds < 1:
+        return f"{seconds:.2f} s"
     if seconds < 120:
         return f"{seconds:.1f} s"
     if seconds < 2 * 3600:

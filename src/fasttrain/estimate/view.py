@@ -197,7 +197,7 @@ def render_measure(result: dict[str, Any], out: Console, forecast_device: str | 
 
 def _validation(fc: Forecast) -> str:
     val_s = fc.time.get("val_s")
-    return "unknown" if val_s is None else (f"{val_s:.2f} s" if val_s < 1 else fmt_duration(val_s))
+    return fmt_duration(val_s)
 
 
 def _validation_detail(fc: Forecast) -> str:
