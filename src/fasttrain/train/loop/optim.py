@@ -4,7 +4,8 @@
   (tensors with one dimension or fewer) hurts accuracy and buys no regularisation.
 - Fused kernels where the Plan asks for them (the default on CUDA and the CPU), else the multi-tensor
   `foreach` path: both replace one kernel launch per parameter with a few for all of them. On the CPU with
-  channels_last weights, Adam and AdamW step through `cpu_adam` (torch's fused kernel without its copies).
+  channels_last weights, Adam, AdamW and SGD step through `cpu_fused` (torch's fused kernels without their
+  copies).
 - The LR changes per optimizer step (not per epoch): linear warm-up from lr/warmup_steps to the
   scaled LR, then cosine to zero, step decay, constant, or reduce-on-plateau after each validation.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.cpu_adam import DenseAdam, DenseAdamW, wants_dense_step
+from fasttrain.train.loop.cpu_fused import DenseAdam, DenseAdamW, DenseSGD, wants_dense_step
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -39,7 +40,8 @@ def build_optimizer(model: torch.nn.Module, spec: OptimSpec, lr: float, *, fused
     kernel = {"fused": True} if fused else {"foreach": True}
     dense = wants_dense_step([p for group in groups for p in group["params"]], fused=fused)
     if spec.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=spec.momentum, nesterov=spec.momentum > 0, **kernel)
+        return (DenseSGD if dense else torch.optim.SGD)(groups, lr=lr, momentum=spec.momentum,
+                                                        nesterov=spec.momentum > 0, **kernel)
     if spec.optimizer == "adamw":
         return (DenseAdamW if dense else torch.optim.AdamW)(groups, lr=lr, **kernel)
     if spec.optimizer == "adam":

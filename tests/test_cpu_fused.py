@@ -1,4 +1,4 @@
-"""cpu_adam.py: torch's fused Adam/AdamW step on the CPU without copying channels_last weights.
+"""cpu_fused.py: torch's fused Adam/AdamW/SGD steps on the CPU without copying channels_last weights.
 
 The step must be torch's, bit for bit: same weights, same moments, same step counts, for both kinds, both weight
 decay groups, over several steps; checkpoints move between it and torch's class in both directions; a state whose
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.cpu_adam import DenseAdam, DenseAdamW, dense_views, wants_dense_step
+from fasttrain.train.loop.cpu_fused import DenseAdam, DenseAdamW, DenseSGD, dense_views, wants_dense_step
 from fasttrain.train.loop.optim import build_optimizer
 
 
@@ -97,31 +97,53 @@ def test_a_state_laid_out_unlike_its_weight_still_steps_right() -> None:
     assert _same(mine, ref)
 
 
-def test_build_optimizer_picks_it_only_for_fused_channels_last_adam() -> None:
+def test_build_optimizer_picks_it_only_for_fused_steps_on_channels_last_weights() -> None:
     spec = OptimSpec(optimizer="adamw", weight_decay=0.05)
     assert type(build_optimizer(_net(), spec, 1e-3, fused=True)) is DenseAdamW
     assert type(build_optimizer(_net(), spec.model_copy(update={"optimizer": "adam"}), 1e-3, fused=True)) is DenseAdam
     assert type(build_optimizer(_net(), spec, 1e-3, fused=False)) is torch.optim.AdamW  # foreach: no copies
     plain = _net().to(memory_format=torch.contiguous_format)
     assert type(build_optimizer(plain, spec, 1e-3, fused=True)) is torch.optim.AdamW
-    assert type(build_optimizer(_net(), spec.model_copy(update={"optimizer": "sgd"}), 1e-3, fused=True)) \
-        is torch.optim.SGD
+    sgd = spec.model_copy(update={"optimizer": "sgd"})
+    assert type(build_optimizer(_net(), sgd, 1e-3, fused=True)) is DenseSGD
+    assert type(build_optimizer(_net(), sgd, 1e-3, fused=False)) is torch.optim.SGD
     assert not wants_dense_step([torch.zeros(2, 3)], fused=True)
 
 
-def test_amsgrad_is_refused_not_silently_dropped() -> None:
-    net = _net()
-    opt = DenseAdamW(net.parameters(), lr=1e-3, fused=True, amsgrad=True)
-    with pytest.raises(ValueError, match="amsgrad"):
-        _train(net, opt, 1)
+@pytest.mark.parametrize("kwargs", [{"amsgrad": True}, {"maximize": True}])
+def test_what_the_copy_free_step_does_not_cover_goes_to_torchs_own_step(kwargs: dict) -> None:
+    mine, ref = _net(), _net()
+    opt = DenseAdamW(mine.parameters(), lr=1e-3, fused=True, **kwargs)
+    _train(mine, opt, 3)
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-3, fused=True, **kwargs), 3)
+    assert _same(mine, ref) and not _same(mine, _net())
 
 
-def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class() -> None:
+@pytest.mark.parametrize("momentum,nesterov,decay", [(0.9, True, 5e-4), (0.9, False, 0.0), (0.0, False, 5e-4)])
+def test_sgd_bit_identical_to_torchs_fused_step(momentum: float, nesterov: bool, decay: float) -> None:
+    mine, ref = _net(), _net()
+    kw = dict(lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=decay, fused=True)
+    opt, ref_opt = DenseSGD(mine.parameters(), **kw), torch.optim.SGD(ref.parameters(), **kw)
+    _train(mine, opt, 4)
+    _train(ref, ref_opt, 4)
+    assert _same(mine, ref) and not _same(mine, _net())
+    if momentum:
+        conv, ref_conv = mine[0].weight, ref[0].weight
+        assert torch.equal(opt.state[conv]["momentum_buffer"], ref_opt.state[ref_conv]["momentum_buffer"])
+        assert opt.state[conv]["momentum_buffer"].stride() == conv.stride()
+        back = torch.optim.SGD(_net().parameters(), **kw)
+        back.load_state_dict(opt.state_dict())  # ours into torch's class: the same state
+        assert torch.equal(back.state_dict()["state"][0]["momentum_buffer"], opt.state_dict()["state"][0]["momentum_buffer"])
+
+
+@pytest.mark.parametrize("ours,theirs,kw", [(DenseAdamW, torch.optim.AdamW, {"lr": 1e-3}),
+                                            (DenseSGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9})])
+def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class(ours: type, theirs: type, kw: dict) -> None:
     """fp16's GradScaler (and the non-finite guard's, at scale 1) hands the fused step its scale and found-inf
     flag as attributes: a scaled step matches torch's, a step with an infinite gradient changes nothing."""
     nets = {"ours": _net(), "torch": _net()}
-    opts = {"ours": DenseAdamW(nets["ours"].parameters(), lr=1e-3, fused=True),
-            "torch": torch.optim.AdamW(nets["torch"].parameters(), lr=1e-3, fused=True)}
+    opts = {"ours": ours(nets["ours"].parameters(), fused=True, **kw),
+            "torch": theirs(nets["torch"].parameters(), fused=True, **kw)}
     scalers = {k: torch.amp.GradScaler("cpu", init_scale=1024.0) for k in nets}
     x = torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(5)).contiguous(memory_format=torch.channels_last)
     y = torch.tensor([0, 1, 2, 3])
@@ -137,5 +159,6 @@ def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class() -> None:
             if poison:  # skipped: no weight moved, the step count did not advance
                 assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
         assert _same(nets["ours"], nets["torch"])
-    assert opts["ours"].state[nets["ours"][0].weight]["step"].item() == 2
-    assert opts["torch"].state[nets["torch"][0].weight]["step"].item() == 2
+    if ours is DenseAdamW:
+        assert opts["ours"].state[nets["ours"][0].weight]["step"].item() == 2
+        assert opts["torch"].state[nets["torch"][0].weight]["step"].item() == 2
