@@ -35,7 +35,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
 
 def build_optimizer(model: torch.nn.Module, spec: OptimSpec, lr: float, *, fused: bool) -> torch.optim.Optimizer:
     """`fused` comes from Plan.fused_optimizer (the profile's speed.fused_optimizer). Build it after the model
-    has its memory format: the choice of Adam's step looks at the weights' layout."""
+    has its memory format: the choice of the step looks at the weights' layout."""
     groups = param_groups(model, spec.weight_decay)
     kernel = {"fused": True} if fused else {"foreach": True}
     dense = wants_dense_step([p for group in groups for p in group["params"]], fused=fused)
