@@ -40,35 +40,50 @@ def wants_dense_step(params: list[torch.Tensor], *, fused: bool) -> bool:
     return fused and any(p.device.type == "cpu" and p.dim() == 4 and not p.is_contiguous() for p in params)
 
 
-def _scaler_inputs(optimizer: torch.optim.Optimizer) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """A GradScaler (fp16's, or the non-finite guard's at scale 1) hands a fused optimizer its scale and its
-    found-inf flag as the attributes `grad_scale` and `found_inf` (as torch's steps read them): the kernel
-    unscales the gradients and leaves the weights alone where found_inf is set."""
-    return getattr(optimizer, "grad_scale", None), getattr(optimizer, "found_inf", None)
-
-
-def _run_closure(closure: Callable[[], torch.Tensor] | None) -> torch.Tensor | None:
-    if closure is None:
-        return None
-    with torch.enable_grad():
-        return closure()
-
-
-class _DenseAdamStep:
-    """Mixin over torch.optim.Adam/AdamW: the fused step on dense views (fused=True, one CPU device)."""
+class _DenseStep:
+    """Mixin over a torch optimizer: `step` runs `_step_group` on every param group when `covers` says the
+    copy-free step handles all of them, else torch's own step. A GradScaler (fp16's, or the non-finite guard's at
+    scale 1) hands a fused optimizer its scale and found-inf flag as the attributes `grad_scale` and `found_inf`
+    (as torch's steps read them): the kernel unscales the gradients and leaves the weights alone where found_inf
+    is set."""
 
     param_groups: list[dict[str, Any]]
     state: dict[torch.Tensor, dict[str, Any]]
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        if not all(_adam_covers(group) for group in self.param_groups):
+        if not all(self.covers(group) for group in self.param_groups):
             return super().step(closure)  # type: ignore[misc]
-        loss = _run_closure(closure)
-        grad_scale, found_inf = _scaler_inputs(self)  # type: ignore[arg-type]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         for group in self.param_groups:
             self._step_group(group, grad_scale, found_inf)
         return loss
+
+    def covers(self, group: dict[str, Any]) -> bool:
+        """Every tensor on the CPU and no sparse gradient; the optimizers add their own conditions."""
+        return not group.get("maximize") and not group.get("differentiable") and all(
+            p.device.type == "cpu" and not (p.grad is not None and p.grad.is_sparse) for p in group["params"])
+
+    def _step_group(self, group: dict[str, Any], grad_scale: torch.Tensor | None,
+                    found_inf: torch.Tensor | None) -> None:
+        raise NotImplementedError
+
+
+def _add_views(lists: tuple[list[torch.Tensor], ...], tensors: list[torch.Tensor]) -> None:
+    """One parameter's tensors (dense_views of them) appended to the kernel's per-kind lists."""
+    for bucket, view in zip(lists, dense_views(tensors)):
+        bucket.append(view)
+
+
+class _DenseAdamStep(_DenseStep):
+    """Mixin over torch.optim.Adam/AdamW: the fused step on dense views (fused=True, one CPU device)."""
+
+    def covers(self, group: dict[str, Any]) -> bool:
+        return super().covers(group) and not group.get("amsgrad") and not group.get("capturable")
 
     def _step_group(self, group: dict[str, Any], grad_scale: torch.Tensor | None,
                     found_inf: torch.Tensor | None) -> None:
@@ -82,9 +97,7 @@ class _DenseAdamStep:
                 state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
                 state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-            views = dense_views([param, param.grad, state["exp_avg"], state["exp_avg_sq"]])
-            for bucket, view in zip(lists, views):
-                bucket.append(view)
+            _add_views(lists, [param, param.grad, state["exp_avg"], state["exp_avg_sq"]])
             steps.append(state["step"])
         if not steps:
             return
@@ -100,15 +113,6 @@ class _DenseAdamStep:
             torch._foreach_sub_(steps, [found_inf] * len(steps))
 
 
-def _on_cpu(group: dict[str, Any]) -> bool:
-    return all(p.device.type == "cpu" and not (p.grad is not None and p.grad.is_sparse) for p in group["params"])
-
-
-def _adam_covers(group: dict[str, Any]) -> bool:
-    return not group.get("amsgrad") and not group.get("maximize") and not group.get("capturable") \
-        and not group.get("differentiable") and _on_cpu(group)
-
-
 class DenseAdamW(_DenseAdamStep, torch.optim.AdamW):
     """torch.optim.AdamW(fused=True) without the channels_last copies on the CPU."""
 
@@ -117,26 +121,17 @@ class DenseAdam(_DenseAdamStep, torch.optim.Adam):
     """torch.optim.Adam(fused=True) without the channels_last copies on the CPU."""
 
 
-class DenseSGD(torch.optim.SGD):
+class DenseSGD(_DenseStep, torch.optim.SGD):
     """torch.optim.SGD(fused=True) without the channels_last copies on the CPU."""
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        if not all(not group.get("maximize") and not group.get("differentiable") and _on_cpu(group)
-                   and self._buffers_alike(group) for group in self.param_groups):
-            return super().step(closure)
-        loss = _run_closure(closure)
-        grad_scale, found_inf = _scaler_inputs(self)
-        for group in self.param_groups:
-            self._step_group(group, grad_scale, found_inf)
-        return loss
-
-    def _buffers_alike(self, group: dict[str, Any]) -> bool:
-        """Every parameter with a gradient has a momentum buffer, or none has (torch's first step)."""
+    def covers(self, group: dict[str, Any]) -> bool:
+        """Also: every parameter with a gradient has a momentum buffer, or none has (torch's first step)."""
+        if not super().covers(group):
+            return False
         if group["momentum"] == 0:
             return True
-        have = {self.state[p].get("momentum_buffer") is not None for p in group["params"] if p.grad is not None}
-        return len(have) <= 1
+        return len({self.state[p].get("momentum_buffer") is not None
+                    for p in group["params"] if p.grad is not None}) <= 1
 
     def _step_group(self, group: dict[str, Any], grad_scale: torch.Tensor | None,
                     found_inf: torch.Tensor | None) -> None:
@@ -144,16 +139,13 @@ class DenseSGD(torch.optim.SGD):
         if not params:
             return
         momentum = group["momentum"]
-        grads = [p.grad for p in params]
         buffers = [self.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
         first = momentum != 0 and all(b is None for b in buffers)
         if first:  # as torch's _fused_sgd: the kernel fills them from the gradients
-            buffers = [torch.empty_like(g) for g in grads]
+            buffers = [torch.empty_like(p.grad) for p in params]
         lists: tuple[list[torch.Tensor], ...] = ([], [], [])  # params, grads, momentum buffers
         for k, param in enumerate(params):
-            views = dense_views([param, grads[k], *([buffers[k]] if momentum != 0 else [])])
-            for bucket, view in zip(lists, views):
-                bucket.append(view)
+            _add_views(lists, [param, param.grad, *([buffers[k]] if momentum != 0 else [])])
         # torch/optim/sgd.py's _fused_sgd makes this call (see the Adam step above for why the private name).
         torch._fused_sgd_(lists[0], lists[1], lists[2], weight_decay=group["weight_decay"], momentum=momentum,
                           lr=float(group["lr"]), dampening=group["dampening"], nesterov=group["nesterov"],
