@@ -48,8 +48,8 @@ def plan_notes(prep: Prepared) -> list[str]:
 
 # Notes that say how the run works rather than something the user must act on or know before the first step: shown
 # with --verbose, and kept in summary.json ("plan_notes", "notes") either way.
-DETAIL_PREFIXES = ("input: ", "CPU compute threads: ", "CPU allocator: ", "pin_memory off", "TF32 off",
-                   "tuning: ")  # the plan's tuning note: the run's own tuning line says it (execute.py)
+DETAIL_PREFIXES = ("input: ", "CPU compute threads: ", "CPU allocator: ", "CPU convolutions: ", "pin_memory off",
+                   "TF32 off", "tuning: ")  # the plan's tuning note: the run's own tuning line says it (execute.py)
 
 
 def must_know(note: str) -> bool:
