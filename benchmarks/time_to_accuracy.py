@@ -18,6 +18,9 @@ imports, start-up and the first epoch's costs count, and no process's own idea o
              nobody here made (pip install scikit-image); its target is 85% (97% is out of reach in 8 epochs)
   photos-large  the same photographs with 400 training patches each (4,000, the size of the issue's own digits
              set: more steps per epoch, so start-up weighs less and the recipe's later epochs more); target 90%
+  fashion    Zalando's Fashion-MNIST as Debian packages it (apt-get install dataset-fashion-mnist): 400 training
+             images a class from its training set (4,000, the issue's digits set's size; grey 28 px photographs
+             of clothes, scaled to 32 px) and 100 a class from its test set; target 80% (the peers end at 82-84%)
   shapes     fasttrain's built-in generated set (for reference: the recipe was not tuned on the others)
 Printed: per data set, each contender's median time to the target, the epoch it got there, its final and best
 accuracy, and fasttrain's speed-up against each peer (peer time / fasttrain time; medians of the per-round
@@ -25,7 +28,8 @@ ratios). Exit 1 when fasttrain's default recipe misses --target-plain or --targe
 ends less accurate than a peer.
 
   .venv/bin/python benchmarks/time_to_accuracy.py [--rounds 3] [--epochs 8] [--target ACC] [--model resnet18]
-      [--data digits photos photos-large shapes]
+      [--data digits photos photos-large fashion shapes]
+      [--out rows.json]
 """
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def digits_folder(root: Path, size: int) -> Path:
 
 
 # The accuracy each data set's contenders race to: reached by every contender within the 8 epochs on most rounds.
-TARGETS = {"digits": 0.97, "photos": 0.85, "photos-large": 0.90, "shapes": 0.97}
+TARGETS = {"digits": 0.97, "photos": 0.85, "photos-large": 0.90, "fashion": 0.80, "shapes": 0.97}
 PHOTOS = ("astronaut", "coffee", "chelsea", "hubble_deep_field", "immunohistochemistry", "rocket", "retina",
           "brick", "grass", "gravel")
 
@@ -98,6 +102,37 @@ def photos_folder(root: Path, patch: int = 48, train_per_class: int = 250, val_p
                 y = int(rng.integers(rows[0], rows[1] - patch + 1))
                 x = int(rng.integers(0, pixels.shape[1] - patch + 1))
                 Image.fromarray(pixels[y:y + patch, x:x + patch]).save(folder / f"{i}.png")
+    return out
+
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")  # Debian's package dataset-fashion-mnist (apt-get install)
+
+
+def fashion_folder(root: Path, size: int = 32, train_per_class: int = 400, val_per_class: int = 100) -> Path:
+    """Zalando's Fashion-MNIST (28x28 grey photographs of clothes, 10 classes), as Debian packages it: the first
+    train_per_class images of each class of its training set (4,000, the size of the issue's digits set) and the
+    first val_per_class of each class of its test set, scaled to size px, RGB PNGs."""
+    import gzip
+
+    import numpy as np
+    from PIL import Image
+
+    if not (FASHION / "train-images-idx3-ubyte.gz").exists():
+        raise SystemExit(f"fashion: {FASHION} is missing; install it with `apt-get install dataset-fashion-mnist`")
+    out = root / f"fashion-{size}px-{train_per_class}"
+    if out.exists():
+        return out
+    for split, stem, count in (("train", "train", train_per_class), ("val", "t10k", val_per_class)):
+        with gzip.open(FASHION / f"{stem}-images-idx3-ubyte.gz") as f:
+            images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+        with gzip.open(FASHION / f"{stem}-labels-idx1-ubyte.gz") as f:
+            labels = np.frombuffer(f.read(), np.uint8, offset=8)
+        for label in range(10):
+            folder = out / split / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in np.flatnonzero(labels == label)[:count]:
+                Image.fromarray(images[i]).resize((size, size), Image.BILINEAR).convert("RGB").save(
+                    folder / f"{i}.png")
     return out
 
 
@@ -147,13 +182,16 @@ def main() -> int:
                     help="val acc@1 to reach (default per data set: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                                            TARGETS.items()) + ")")
     ap.add_argument("--data", nargs="+", default=["digits", "photos", "shapes"],
-                    choices=("digits", "photos", "photos-large", "shapes"))
+                    choices=("digits", "photos", "photos-large", "fashion", "shapes"))
     ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'",
                     help="another fasttrain recipe, e.g. sgd='--set optim.optimizer=sgd'")
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     ap.add_argument("--model", default="resnet18", help="a timm model name for every contender (default resnet18)")
     ap.add_argument("--target-plain", type=float, default=1.5)
     ap.add_argument("--target-lightning", type=float, default=1.2)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="also write every contender's epoch rows, per data set and round, to this JSON file (to "
+                         "read the times to other targets afterwards)")
     args = ap.parse_args()
     recipes = {"fasttrain": []} | {k: shlex.split(v) for k, v in (r.split("=", 1) for r in args.recipe)}
     ways = [*args.peers, *recipes]
@@ -161,7 +199,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tta-") as tmp:
         work = Path(tmp)
         makers = {"digits": lambda: digits_folder(work, 32), "photos": lambda: photos_folder(work),
-                  "photos-large": lambda: photos_folder(work, train_per_class=400), "shapes": shapes_folder}
+                  "photos-large": lambda: photos_folder(work, train_per_class=400),
+                  "fashion": lambda: fashion_folder(work), "shapes": shapes_folder}
         folders = {d: makers[d]() for d in args.data}
         for data, folder in folders.items():
             target = target_of(args, data)
@@ -176,6 +215,9 @@ def main() -> int:
                     print(f"# {data} round {r + 1} {way}: {target:.0%} at {t:.1f} s (epoch {e}), "
                           f"final {rows[-1]['val_acc1']:.4f}", file=sys.stderr, flush=True)
             ok &= report(data, runs, args, recipes)
+            if args.out is not None:
+                kept = json.loads(args.out.read_text()) if args.out.exists() else {}
+                args.out.write_text(json.dumps({**kept, data: runs}, indent=1))
     return 0 if ok else 1
 
 

@@ -135,20 +135,27 @@ def test_synthetic_has_no_loaders() -> None:
 
 # A child's threads, one after the other: the fd hand-off race (a resource_sharer `_serve` thread whose peer closed
 # the socket), then a real bug; the filter must drop only the first.
+# The race as it happens, through the standard library's own serving thread: a hand-off whose peer has gone fails
+# in multiprocessing.resource_sharer's `_serve` thread, which catches the error and hands it to sys.excepthook (not
+# threading.excepthook: a filter there alone let it through). stop() joins that thread after it has handled the
+# request, so the hook has run by then. Then a real bug in an ordinary thread, which must still be reported.
 RACE_THEN_BUG = """
 import threading
-def _serve():
+from multiprocessing import resource_sharer
+def cut_short(conn, destination_pid):
     raise ConnectionResetError(104, "Connection reset by peer")
+ident = resource_sharer._resource_sharer.register(cut_short, lambda: None)
+resource_sharer._ResourceSharer.get_connection(ident).close()
+resource_sharer.stop()
 def other():
     raise ValueError("a real bug")
-for target in (_serve, other):
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
+t = threading.Thread(target=other)
+t.start()
+t.join()
 """
 
 
-def test_worker_silences_only_the_fd_handoff_race() -> None:
+def test_worker_silences_only_the_fdis_handoff_race() -> None:
     """A loader stopped mid-epoch may close the socket of a batch hand-off in flight; the worker's
     resource_sharer thread must not print that traceback into the user's output, but other thread errors must."""
     import subprocess
@@ -184,9 +191,24 @@ def test_the_main_process_of_a_loader_with_workers_silences_the_race_too_and_kee
         build_loaders(_bundle({str(tree)!r}), _plan(workers=1, prefetch_factor=2), seed=0)
         wrapped = threading.excepthook
         assert wrapped is not first and getattr(wrapped, "fasttrain_fd_filter")
+        assert getattr(sys.excepthook, "fasttrain_fd_filter")  # where resource_sharer's thread reports
+        hook = sys.excepthook
         quiet_fd_handoff_race()  # once is enough: not wrapped twice
-        assert threading.excepthook is wrapped
+        assert threading.excepthook is wrapped and sys.excepthook is hook
     """) + RACE_THEN_BUG + "print(seen)\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    assert "ConnectionResetError" not in out.stderr
     assert out.stdout.strip() == "['ValueError']"
+
+
+@pytest.mark.parametrize(("thread", "error", "race"), [
+    ("Thread-3 (_serve)", ConnectionResetError(104, "Connection reset by peer"), True),
+    ("Thread-3 (_serve)", BrokenPipeError(32, "Broken pipe"), True),
+    ("Thread-3 (_serve)", EOFError(), True),
+    ("Thread-3 (_serve)", ValueError("a real bug"), False),   # the sharer's own bug: still shown
+    ("Thread-1 (fetch)", ConnectionResetError(104, "Connection reset by peer"), False),  # not a hand-off
+])
+def test_only_a_cut_hand_off_in_a_serving_thread_is_the_race(thread: str, error: BaseException, race: bool) -> None:
+    from fasttrain.datasets.loaders import is_handoff_race
+    assert is_handoff_race(thread, error) is race

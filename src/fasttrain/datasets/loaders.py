@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.plan import Plan
 from fasttrain.datasets.sampler import EpochSampler, sample_seed
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 
 class SeededIndices:
@@ -76,20 +80,32 @@ def quiet_fd_handoff_race() -> None:
     window, a time budget, a stop), a hand-off in flight ends with the peer's socket closed, and that thread printed
     a harmless ConnectionResetError traceback into the user's output. Workers filtered it since it was first seen;
     on 2026-11-26 it still reached `bench loader`'s output twice in one loaded test run, so the main process (which
-    has resource_sharer threads of its own) filters it too. Only that race is silenced; any other thread error
-    still reaches the previous hook."""
-    previous = threading.excepthook
-    if getattr(previous, "fasttrain_fd_filter", False):
-        return
+    has resource_sharer threads of its own) filters it too. The serving thread catches the error itself and hands
+    it to `sys.excepthook`, not to `threading.excepthook` (multiprocessing/resource_sharer.py, _serve), so both
+    hooks are filtered: the filter on threading.excepthook alone let the traceback through (it was still seen in
+    `bench loader`'s output after that). Only that race is silenced; any other error still reaches the previous
+    hooks."""
+    previous_thread_hook, previous_hook = threading.excepthook, sys.excepthook
+    if not getattr(previous_thread_hook, "fasttrain_fd_filter", False):
+        def thread_hook(args: threading.ExceptHookArgs) -> None:
+            if not (args.thread is not None and is_handoff_race(args.thread.name, args.exc_value)):
+                previous_thread_hook(args)
 
-    def hook(args: threading.ExceptHookArgs) -> None:
-        in_handoff = args.thread is not None and "_serve" in args.thread.name
-        if in_handoff and isinstance(args.exc_value, (ConnectionError, EOFError)):
-            return
-        previous(args)
+        thread_hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]
+        threading.excepthook = thread_hook
+    if not getattr(previous_hook, "fasttrain_fd_filter", False):
+        def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+            if not is_handoff_race(threading.current_thread().name, value):
+                previous_hook(kind, value, tb)
 
-    hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+        hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]
+        sys.excepthook = hook
+
+
+def is_handoff_race(thread_name: str, error: BaseException | None) -> bool:
+    """Whether an error in thread `thread_name` is the hand-off race: a connection cut in a resource_sharer
+    `_serve` thread. Pure."""
+    return "_serve" in thread_name and isinstance(error, (ConnectionError, EOFError))
 
 
 class Loader:
