@@ -116,3 +116,18 @@ def test_prepare_model_converts_on_the_cpu_and_says_so():
     linear_only = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3, 2))
     _, _, notes = prepare_model(linear_only, plan, activation_checkpointing=False, warn=lambda text: None)
     assert not any(n.startswith("CPU convolutions: ") for n in notes)
+
+
+def test_the_gradient_comes_back_in_the_weights_own_layout():
+    """What the kernel's gradient arrives as (a hook sees it before the accumulator): laid out like the channels_last
+    weight, so no copy into that layout follows (plain slicing hands back a contiguous tensor)."""
+    conv = torch.nn.Conv2d(8, 4, 3, padding=1).to(memory_format=torch.channels_last)
+    conv.__class__ = OnePixelConv2d
+    arrived = []
+    conv.weight.register_hook(lambda grad: arrived.append(grad.stride()))
+    conv(torch.randn(2, 8, 1, 1).to(memory_format=torch.channels_last)).sum().backward()
+    assert arrived == [conv.weight.stride()] and conv.weight.stride() != conv.weight.contiguous().stride()
+    assert conv.weight.grad.abs().sum() > 0
+    untouched = torch.ones(3, 3, dtype=torch.bool)
+    untouched[1, 1] = False
+    assert not conv.weight.grad[:, :, untouched].any()  # the taps that only meet padding: a gradient of zero
