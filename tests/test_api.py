@@ -211,6 +211,7 @@ def test_a_model_object_trains_in_place_and_resumes_from_python_not_a_shell(tmp_
     assert isinstance(summary, fasttrain.RunSummary) and summary.epochs_run == 1
     assert summary.run_dir == tmp_path / "own" and summary.checkpoint_last == tmp_path / "own" / "last.pt"
     assert not torch.equal(before, net.head.weight.detach())  # the user's own object holds the trained weights
+    assert type(net.body[0]) is torch.nn.Conv2d  # and its own classes (the run's CPU convolutions handed back)
     saved = json.loads((tmp_path / "own" / "summary.json").read_text())
     assert saved["model"].startswith("python:Net#") and saved["data"] == "python:Blobs,Blobs"
     assert "<pre" in summary._repr_html_() and "summary" in str(summary) and "epochs" in str(summary)

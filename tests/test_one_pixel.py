@@ -131,3 +131,10 @@ def test_the_gradient_comes_back_in_the_weights_own_layout():
     untouched = torch.ones(3, 3, dtype=torch.bool)
     untouched[1, 1] = False
     assert not conv.weight.grad[:, :, untouched].any()  # the taps that only meet padding: a gradient of zero
+
+
+def test_to_plain_hands_the_classes_back():
+    from fasttrain.models.one_pixel import to_plain
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 1))
+    assert to_one_pixel(model) == 1 and type(model[0]) is OnePixelConv2d
+    assert to_plain(model) == 1 and [type(m) for m in model] == [torch.nn.Conv2d, torch.nn.Conv2d]

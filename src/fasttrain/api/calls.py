@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,11 +54,24 @@ def train(model: ModelLike, data: DataLike, *, profile: str | None = None, epoch
     model_obj, model_name = _model_arg(model)
     pair, data_spec = _data_arg(data)
     display = notebook_display if in_notebook() else None
-    with given(model_obj, pair) as (given_model, given_data), _own_signals():
-        keywords = {"model": given_model or model_name, "data": given_data or data_spec, "profile": profile,
-                    "epochs": epochs, "run_name": run_name, **settings}
-        summary = flags.run("train", keywords, "fasttrain.train", display)
+    try:
+        with given(model_obj, pair) as (given_model, given_data), _own_signals():
+            keywords = {"model": given_model or model_name, "data": given_data or data_spec, "profile": profile,
+                        "epochs": epochs, "run_name": run_name, **settings}
+            summary = flags.run("train", keywords, "fasttrain.train", display)
+    finally:
+        _hand_back(model_obj)
     return RunSummary(summary)  # type: ignore[arg-type]
+
+
+def _hand_back(model_obj: object) -> None:
+    """The user's model object as they gave it, classes included: on a CPU the run turns its convolutions into
+    OnePixelConv2d (models/one_pixel.py), which a pickled copy of their model must not depend on."""
+    if model_obj is not None and "torch" in sys.modules:
+        import torch
+        if isinstance(model_obj, torch.nn.Module):
+            from fasttrain.models.one_pixel import to_plain
+            to_plain(model_obj)
 
 
 def plan(model: ModelLike, data: DataLike, *, profile: str | None = None, epochs: int | None = None,

@@ -8,10 +8,10 @@ CPU (resnet18 at 32 px, batch 64, bf16), layer4's backward took 17.6 ms of a ~65
 forward.
 
 When a convolution's output is 1x1, it is exactly a dot product of the taps that fall on real input with that
-input: `F.linear` over the flattened input and the matching slice of the kernel. The weights stay where they
-were (the slice is a view: the same parameter, the same state_dict and checkpoints; the taps that only ever see
-padding get a gradient of zero, as they do in the convolution), and the result is the same sums in another
-order. Measured (benchmarks/one_pixel.py; docs/benchmarks.md, "One-pixel convolutions"): resnet18 at 32 px,
+input: `F.linear` over the flattened input and the matching taps of the kernel. The weights stay where they
+were (the taps are read from the same parameter: the same state_dict and checkpoints; the taps that only ever
+see padding get a gradient of zero, as they do in the convolution, laid out as the weight is), and the result
+is the same sums in another order. Measured (benchmarks/one_pixel.py; docs/benchmarks.md, "One-pixel convolutions"): resnet18 at 32 px,
 batch 64, channels_last, fused AdamW, 65.0 -> 45.5 ms a step in bf16 (1.43x), 1.33x in fp32; outputs identical.
 
 Applied on the CPU only (`prepare_model`), where it was measured; grouped convolutions (depthwise) keep their
@@ -87,11 +87,23 @@ class KernelTaps(torch.autograd.Function):
 
 def to_one_pixel(model: nn.Module) -> int:
     """Turn every plain nn.Conv2d of `model` (not a subclass: timm's same-padding and other variants compute
-    something else) into an OnePixelConv2d in place -> how many were turned. Ungrouped ones only: the others
-    would never take the matrix path."""
+    something else) into an OnePixelConv2d in place -> how many were turned. Ungrouped ones with a kernel larger
+    than 1x1 only: grouped ones never take the matrix path, and a 1x1 kernel has no padding taps to skip (its
+    one-pixel outputs, resnet50's bottlenecks on 1x1 maps, were not measured)."""
     turned = 0
     for module in model.modules():
         if type(module) is nn.Conv2d and module.groups == 1 and module.kernel_size != (1, 1):
             module.__class__ = OnePixelConv2d
             turned += 1
     return turned
+
+
+def to_plain(model: nn.Module) -> int:
+    """Undo to_one_pixel in place: every OnePixelConv2d of `model` back to nn.Conv2d (the same parameters) -> how
+    many. A model handed to the Python API is the user's own object; it goes back to them with their classes."""
+    restored = 0
+    for module in model.modules():
+        if type(module) is OnePixelConv2d:
+            module.__class__ = nn.Conv2d
+            restored += 1
+    return restored
