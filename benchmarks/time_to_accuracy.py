@@ -7,10 +7,11 @@ rotates each round), on the same ImageFolder and the same model (resnet18 at 32 
   fasttrain  `fasttrain train --data DIR --model resnet18 --image-size 32 --epochs E` as a user runs it the first
              time (an empty fasttrain cache: no tuning result, no decoded pixels), and each extra recipe given
              with --recipe NAME='--set ...'
-Round r runs fasttrain with --seed r (every recipe the same seed in a round), so the rounds sample seeds as the
-peers' unseeded runs do. Every contender is its own process and reports each epoch's validation accuracy with the
-clock time it ended; the seconds to the target count from the moment this script launched the process, so
-imports, start-up and the first epoch's costs count, and no process's own idea of its start time does. Data sets:
+Round r runs fasttrain with --seed r (--first-seed F: F + r; every recipe the same seed in a round), so the rounds
+sample seeds as the peers' unseeded runs do. Every contender is its own process and reports each epoch's validation
+accuracy with the clock time it ended; the seconds to the target count from the moment this script launched the
+process, so imports, start-up and the first epoch's costs count, and no process's own idea of its start time does.
+Data sets:
   digits     scikit-learn's 1,797 handwritten digits (8x8, scaled to 32 px), 80/20 split; real data nobody here
              made (pip install scikit-learn)
   photos     which of 10 of scikit-image's bundled photographs a 48 px patch comes from (2,500 training patches
@@ -29,7 +30,7 @@ ends less accurate than a peer.
 
   .venv/bin/python benchmarks/time_to_accuracy.py [--rounds 3] [--epochs 8] [--target ACC] [--model resnet18]
       [--data digits photos photos-large fashion shapes]
-      [--out rows.json]
+      [--first-seed 0] [--out rows.json]
 """
 from __future__ import annotations
 
@@ -189,6 +190,8 @@ def main() -> int:
     ap.add_argument("--model", default="resnet18", help="a timm model name for every contender (default resnet18)")
     ap.add_argument("--target-plain", type=float, default=1.5)
     ap.add_argument("--target-lightning", type=float, default=1.2)
+    ap.add_argument("--first-seed", type=int, default=0, help="round r runs fasttrain with --seed FIRST_SEED + r "
+                    "(another run's rounds sample other seeds)")
     ap.add_argument("--out", type=Path, default=None,
                     help="also write every contender's epoch rows, per data set and round, to this JSON file (to "
                          "read the times to other targets afterwards)")
@@ -209,7 +212,8 @@ def main() -> int:
                 order = ways[r % len(ways):] + ways[:r % len(ways)]
                 for way in order:
                     rows = run_peer(way, folder, args.epochs, work, args.model) if way in PEERS else \
-                        run_fasttrain(folder, args.epochs, recipes[way], work, seed=r, model=args.model)
+                        run_fasttrain(folder, args.epochs, recipes[way], work, seed=args.first_seed + r,
+                                      model=args.model)
                     runs[way].append(rows)
                     t, e = reached(rows, target)
                     print(f"# {data} round {r + 1} {way}: {target:.0%} at {t:.1f} s (epoch {e}), "
