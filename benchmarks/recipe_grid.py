@@ -22,8 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import (  # noqa: E402 - the same folders
-    TARGETS, digits_folder, fashion_folder, photos_folder, run_fasttrain)
+from time_to_accuracy import TARGETS, data_folder, run_fasttrain  # noqa: E402 - the same folders
 
 GRID = {
     "default": "",
@@ -50,10 +49,7 @@ def main() -> None:
     finals: dict[str, list[float]] = {name: [] for name in grid}
     with tempfile.TemporaryDirectory(prefix="recipes-") as tmp:
         work = Path(tmp)
-        makers = {"digits": lambda: digits_folder(work, 32), "fashion": lambda: fashion_folder(work),
-                  "photos": lambda: photos_folder(work),
-                  "photos-large": lambda: photos_folder(work, train_per_class=400)}
-        data = makers[args.data]()
+        data = data_folder(args.data, work)
         print(f"| recipe | seed | val acc@1 by epoch | {args.target:.0%} at | final |")
         print("| --- | ---: | --- | --- | ---: |")
         for seed in args.seeds:  # seeds outermost: every recipe runs in each stretch of the machine's load

@@ -142,6 +142,14 @@ def shapes_folder() -> Path:
     return ensure_shapes()
 
 
+def data_folder(data: str, work: Path) -> Path:
+    """The ImageFolder of a --data name, made under `work` once (shapes: fasttrain's own built-in set)."""
+    makers = {"digits": lambda: digits_folder(work, 32), "photos": lambda: photos_folder(work),
+              "photos-large": lambda: photos_folder(work, train_per_class=400),
+              "fashion": lambda: fashion_folder(work), "shapes": shapes_folder}
+    return makers[data]()
+
+
 def run_fasttrain(data: Path, epochs: int, extra: list[str], work: Path, seed: int,
                   model: str = "resnet18") -> list[dict[str, float]]:
     name = f"r{len(list(work.glob('runs/*')))}"
@@ -201,10 +209,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="tta-") as tmp:
         work = Path(tmp)
-        makers = {"digits": lambda: digits_folder(work, 32), "photos": lambda: photos_folder(work),
-                  "photos-large": lambda: photos_folder(work, train_per_class=400),
-                  "fashion": lambda: fashion_folder(work), "shapes": shapes_folder}
-        folders = {d: makers[d]() for d in args.data}
+        folders = {d: data_folder(d, work) for d in args.data}
         for data, folder in folders.items():
             target = target_of(args, data)
             runs: dict[str, list[list[dict[str, float]]]] = {w: [] for w in ways}
