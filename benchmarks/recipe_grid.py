@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--target", type=float, default=None, help="default: time_to_accuracy.py's target for --data")
-    ap.add_argument("--data", choices=("digits", "photos", "photos-large", "fashion"), default="digits")
+    ap.add_argument("--data", choices=("digits", "photos", "photos-large", "fashion", "mnist"), default="digits")
     ap.add_argument("--recipe", action="append", default=[], metavar="NAME='ARGS'")
     args = ap.parse_args()
     args.target = TARGETS[args.data] if args.target is None else args.target

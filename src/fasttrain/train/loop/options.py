@@ -21,3 +21,4 @@ class LoopOptions:
     launched_at: float | None = None  # time.time() when the process started: each epoch row's elapsed_s counts from it
     budget: BudgetPace | None = None  # a time budget: when training stops, where the LR schedule ends
     test_flip: bool = False           # validate each image with its mirror image (augment.test_flip, flips valid)
+    precise_bn_images: int = 0        # batch-norm statistics re-estimated on this many training images (norm_stats.py)

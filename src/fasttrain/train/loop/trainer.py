@@ -22,6 +22,7 @@ from fasttrain.train.loop.divergence import check as check_divergence
 from fasttrain.train.loop.epoch_row import epoch_figures
 from fasttrain.train.loop.epoch_sums import EpochSums, take_back
 from fasttrain.train.loop.heap import long_lived_objects_frozen
+from fasttrain.train.loop.norm_stats import RecentBatches
 from fasttrain.train.loop.options import LoopOptions
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.loop.step import StepEngine, StepOutcome
@@ -60,6 +61,7 @@ class Trainer:
         self._resumed: RunState | None = None
         self._partial: EpochPartial | None = None
         self._result: FitResult | None = None
+        self.recent = RecentBatches(options.precise_bn_images)  # what validation re-estimates batch norms on
         engine.on_warning(self._warn)
 
     @property
@@ -128,6 +130,7 @@ class Trainer:
             got = time.perf_counter()
             log_now = i == first or i == n - 1 or (got - last_log) >= self.options.log_interval_s
             out = self.engine.step(batch, i, n, epoch=epoch, measure=log_now)
+            self.recent.add(batch)
             sums.add(out)
             pending.append(pending_step(out, epoch, i, n, got - waited_from, world=self.world, read=log_now))
             self.batch_in_epoch = i + 1
@@ -158,10 +161,10 @@ class Trainer:
         if stopping:
             raise self.control.interrupted(path, epoch, i + 1, self.engine.schedule.step)
 
-    # -- validation ----------------------------------------------------------------------------------
     def validate(self, loader: Iterable[Any], max_batches: int | None = None) -> dict[str, Any]:
         """Loss, acc@1 and (with 5 or more classes) acc@5 over the validation set; one sync at the end."""
-        return evaluate(self.engine, loader, dist=self.dist, max_batches=max_batches, test_flip=self.options.test_flip)
+        return evaluate(self.engine, loader, dist=self.dist, max_batches=max_batches, test_flip=self.options.test_flip,
+                        norms=self.recent)
 
     # -- the whole run -------------------------------------------------------------------------------
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None, epochs: int, *,
@@ -208,9 +211,8 @@ class Trainer:
             stopped_early = self.progress.out_of_patience(self.options.patience)
             spent = self._budget_spent(row, time.perf_counter() - epoch_started, steps_before)
             stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
-            # The row first, then the save: the epoch's figures (metrics.jsonl, the display) do not wait for the
-            # write (0.6 s for resnet18's weights and AdamW state at the final epoch); a resume drops a row logged
-            # after its checkpoint (run/logfix.py), so a save that fails leaves the log in step.
+            # The row first, then the save: metrics.jsonl and the display do not wait for the write (0.6 s for
+            # resnet18 + AdamW); a resume drops a row logged after its checkpoint (run/logfix.py): logs stay in step.
             self.listeners.on_epoch_end(row)
             self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
                              final=stop or stopped_early or spent or epoch + 1 >= epochs)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fasttrain.train.loop.batches import unpack_batch
+from fasttrain.train.loop.norm_stats import RecentBatches, reestimate
 from fasttrain.train.loop.step import StepEngine
 
 if TYPE_CHECKING:
@@ -16,10 +17,16 @@ if TYPE_CHECKING:
 
 @torch.no_grad()
 def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | None = None,
-             max_batches: int | None = None, test_flip: bool = False) -> dict[str, Any]:
+             max_batches: int | None = None, test_flip: bool = False,
+             norms: RecentBatches | None = None) -> dict[str, Any]:
     """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks.
-    `test_flip`: the logits of each image and of its mirror image, averaged (twice the validation compute)."""
+    `test_flip`: the logits of each image and of its mirror image, averaged (twice the validation compute).
+    `norms`: the last training batches, on which the batch-norm statistics of the validated weights are first
+    re-estimated (norm_stats.py; their seconds count in val_s)."""
     device = engine.device
+    started = time.perf_counter()
+    if norms is not None:
+        reestimate(engine, norms)
     engine.train_mode(False)
     # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
     # validation shards would not all reach.
@@ -27,7 +34,7 @@ def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | N
     loss_sum = torch.zeros((), device=device)
     top1 = torch.zeros((), device=device, dtype=torch.long)
     top5 = torch.zeros((), device=device, dtype=torch.long)
-    count, classes, started = 0, None, time.perf_counter()
+    count, classes = 0, None
     for i, batch in enumerate(loader):
         if max_batches is not None and i >= max_batches:
             break

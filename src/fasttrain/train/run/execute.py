@@ -176,6 +176,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
                           launched_at=run.launched_at,
                           test_flip=profile.augment.validates_mirrored,
+                          precise_bn_images=profile.optim.precise_bn_images,
                           before_step=_step_abs(run, engine, listener, steps_per_epoch))
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
                         checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)
