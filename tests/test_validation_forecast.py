@@ -9,7 +9,7 @@ import pytest
 
 from fasttrain.estimate import gather
 from fasttrain.estimate.cost import ModelCost, OpCost
-from fasttrain.estimate.forecast import forecast
+from fasttrain.estimate.forecast import forecast, norm_images
 from fasttrain.estimate.result import budget_buys
 from fasttrain.estimate.roofline import OpTable, step_time, validation_time
 from test_estimate import CEIL, CONSTANTS, _device, _plan
@@ -36,16 +36,35 @@ def test_validation_is_the_forward_ops_per_batch_the_last_one_partial_and_mirror
 
 
 def test_the_total_and_the_price_include_each_epochs_validation() -> None:
-    plan, prof = _plan(["hardware.price_on_demand_per_hour=3.6", "augment.test_flip=false"])
+    plan, prof = _plan(["hardware.price_on_demand_per_hour=3.6", "augment.test_flip=false",
+                        "optim.precise_bn_images=0"])
     fc = forecast(plan, prof, _cost(), _device(), dataset_size=1005, epochs=2, host_ram_bytes=64 * 2**30,
                   constants=CONSTANTS, val_size=100)
     val = 10 * 0.028                                            # 10 batches of 10, forward only, no optimizer
     assert fc.time["val_s"] == pytest.approx(val) and fc.time["val_images"] == 100
     assert fc.time["total_s"] == pytest.approx(2 * (fc.time["epoch_s"] + val))
     assert fc.cost["on_demand_per_epoch"] == pytest.approx((fc.time["epoch_s"] + val) / 3600 * 3.6)
-    mirrored = forecast(plan, _plan(["augment.test_flip=true", "augment.hflip=0.5"])[1], _cost(), _device(),
+    mirrored = forecast(plan, _plan(["augment.test_flip=true", "augment.hflip=0.5", "optim.precise_bn_images=0"])[1],
+                        _cost(), _device(),
                         dataset_size=1005, epochs=2, host_ram_bytes=64 * 2**30, constants=CONSTANTS, val_size=100)
     assert mirrored.time["val_s"] == pytest.approx(2 * val) and mirrored.time["val_mirrored"]
+
+
+def test_the_batch_norm_re_estimate_is_priced_as_forward_passes_over_whole_training_batches() -> None:
+    """Validation first runs the epoch's last training batches forward (train/loop/norm_stats.py): the fewest whole
+    batches holding optim.precise_bn_images, only for a model with batch norm."""
+    assert norm_images(256, 64, True) == 256 and norm_images(256, 100, True) == 300 and norm_images(10, 64, True) == 64
+    assert norm_images(0, 64, True) == 0 and norm_images(256, 64, False) == 0
+    plan, prof = _plan(["augment.test_flip=false", "optim.precise_bn_images=25"])
+    fc = forecast(plan, prof, _cost(), _device(), dataset_size=1005, epochs=2, host_ram_bytes=64 * 2**30,
+                  constants=CONSTANTS, val_size=100)
+    table, batch = OpTable.from_ops(FORWARD), plan.batch_size
+    extra = validation_time(table, norm_images(25, batch, True), batch, CEIL)
+    assert extra > 0 and fc.time["val_s"] == pytest.approx(validation_time(table, 100, batch, CEIL) + extra)
+    plain = ModelCost(**{**_cost().__dict__, "ops": [FORWARD[0], *BACKWARD], "forward_ops": 1})  # no batch norm
+    bare = forecast(plan, prof, plain, _device(), dataset_size=1005, epochs=2, host_ram_bytes=64 * 2**30,
+                    constants=CONSTANTS, val_size=100)
+    assert bare.time["val_s"] == pytest.approx(validation_time(OpTable.from_ops(FORWARD[:1]), 100, batch, CEIL))
 
 
 def test_unknown_validation_is_left_out_and_said() -> None:

@@ -65,8 +65,21 @@ def _validation_s(plan: Plan, profile: Profile, cost: Any, device: DeviceCeiling
     if val_size is None or device.ceilings is None or getattr(cost, "forward_ops", None) is None:
         return None
     per_device = math.ceil(val_size / max(plan.world_size, 1))
-    return validation_time(OpTable.from_ops(cost.ops[:cost.forward_ops]), per_device, plan.batch_size,
-                           device.ceilings, mirrored=profile.augment.validates_mirrored, compiled=plan.compile)
+    forward = cost.ops[:cost.forward_ops]
+    table = OpTable.from_ops(forward)
+    norms = norm_images(profile.optim.precise_bn_images, plan.batch_size,
+                        any("batch_norm" in op.name for op in forward))
+    return validation_time(table, per_device, plan.batch_size, device.ceilings,
+                           mirrored=profile.augment.validates_mirrored, compiled=plan.compile) + \
+        validation_time(table, norms, plan.batch_size, device.ceilings, compiled=plan.compile)
+
+
+def norm_images(asked: int, batch: int, batch_norm: bool) -> int:
+    """Images each validation first runs forward to re-estimate batch-norm statistics (train/loop/norm_stats.py:
+    the fewest whole training batches holding `asked`), 0 for a model without batch norm. Pure."""
+    if asked <= 0 or batch <= 0 or not batch_norm:
+        return 0
+    return math.ceil(asked / batch) * batch
 
 
 def _money(seconds: float | None, price_per_hour: float | None, nodes: int) -> float | None:
