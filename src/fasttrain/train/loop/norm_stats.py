@@ -11,8 +11,9 @@ training images (and 0.50 against 0.97 at epoch 4), while training accuracy clim
 Only batch-norm layers that train (a user's frozen ones stay frozen) run in training mode, on the evaluated
 weights (the moving average when there is one: its layers are matched by name); everything else stays in
 evaluation mode, so dropout and stochastic depth add no noise to the statistics (torch's update_bn runs the whole
-model in training mode). The batches are those the loader already handed over (no extra loading, no random state
-touched, so a resumed run reproduces them).
+model in training mode). The batches are those the loader already handed over: no extra loading and no random
+state touched, so the training itself is unchanged. A run resumed within the epoch's last few batches holds only
+those trained since the resume and re-estimates on fewer images (the weights are the same either way).
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 
 
 class RecentBatches:
-    """The last loader batches handed to the step, holding at most `images` images beyond the newest batch (at
-    least one batch whenever images > 0; 0 holds nothing)."""
+    """The newest loader batches handed to the step: the fewest that hold at least `images` images (all of them
+    while fewer were added); images = 0 holds nothing."""
 
     def __init__(self, images: int):
         self.images = images
@@ -47,10 +48,6 @@ class RecentBatches:
         self._count += size
         while len(self._held) > 1 and self._count - self._held[0][1] >= self.images:
             self._count -= self._held.popleft()[1]
-
-    def clear(self) -> None:
-        self._held.clear()
-        self._count = 0
 
     @property
     def count(self) -> int:
@@ -80,7 +77,8 @@ def recalibrate(target: torch.nn.Module, names: list[str], batches: RecentBatche
     module's training flag and every layer's momentum are as before afterwards."""
     import torch
 
-    layers = [m for name, m in target.named_modules() if name in set(names)]
+    wanted = set(names)
+    layers = [m for name, m in target.named_modules() if name in wanted]
     if not layers or not len(batches):
         return 0.0
     started = time.perf_counter()
