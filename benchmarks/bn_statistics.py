@@ -5,7 +5,7 @@ written out by hand, scored after each epoch three ways.
   running       validation with the running statistics (momentum --momentum, torch's default 0.1), as a plain
                 loop validates
   N images      validation after the statistics were re-estimated with the current weights on N training images
-                (momentum None: a plain average), then put back
+                by fasttrain's own train/loop/norm_stats.py (momentum None: a plain average), then put back
 
 The recipe: timm's resnet18 from scratch, AdamW 3e-3 (weight decay 0.05, not on norms and biases), label smoothing
 0.1, 0.3 epoch of warm-up then cosine, bf16 autocast + channels_last, random-resized crops of 80-100% of the area, no
@@ -24,14 +24,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import data_folder  # noqa: E402 - the same folders
+from time_to_accuracy import REAL_DATA, data_folder  # noqa: E402 - the same folders
+
+from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms  # noqa: E402
 
 SIZES = (128, 256, 512, 1024)  # images the statistics are re-estimated on
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="mnist", choices=("digits", "photos", "photos-large", "fashion", "mnist"))
+    ap.add_argument("--data", default="mnist", choices=REAL_DATA)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--momentum", type=float, default=0.1)
@@ -72,20 +74,19 @@ def main() -> None:
                 return float((model(val_x).argmax(1) == val_y).float().mean())
 
         def re_estimated(images: int) -> float:
+            """fasttrain's own re-estimate (train/loop/norm_stats.py) on the next `images` training images."""
             saved = copy.deepcopy(model.state_dict())
-            for m in norms:
-                m.reset_running_stats()
-                m.momentum = None
+            recent = RecentBatches(images)
+            for i, batch in enumerate(loader):
+                if i * 64 >= images:
+                    break
+                recent.add(batch)
             model.train()
-            with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
-                for i, (x, _) in enumerate(loader):
-                    if i * 64 >= images:
-                        break
-                    model(x.to(memory_format=torch.channels_last))
+            recalibrate(model, training_norms(model), recent,
+                        lambda x, y: (x.to(memory_format=torch.channels_last), y),
+                        lambda: torch.autocast("cpu", torch.bfloat16))
             acc = score()
             model.load_state_dict(saved)
-            for m in norms:
-                m.momentum = args.momentum
             return acc
 
         print(f"{args.data}, seed {args.seed}, running-statistics momentum {args.momentum}")
