@@ -40,7 +40,7 @@ import pytest
 
 from conftest import child_env
 from docs_commands import DocCommand, Outcome, collect, run_capped, split_and
-from image_tree import write_tree
+from image_tree import write_png, write_tree
 
 # The suite's workers share the machine's cores: a training child with every core's OpenMP threads next to another
 # one spins against it (runs measured 50x slower, capped before their first epoch). One thread each, as the
@@ -102,6 +102,8 @@ class Fixtures:
         self._tree: Path | None = None
         self._base: Path | None = None
         self._speedups: Path | None = None
+        self._competition: Path | None = None
+        self._weights: Path | None = None
 
     def tree(self) -> Path:
         """4 classes of real 40 px PNG files: 260 per class in train/ (aws-a10g's batch 256 fits on each of 4 GPUs'
@@ -112,6 +114,36 @@ class Fixtures:
                 write_tree(root / split, {c: n for c in ("cat", "dog", "fox", "owl")}, size=40, seed=len(split))
             self._tree = root
         return self._tree
+
+    def competition(self) -> Path:
+        """A competition's files, as docs/competition.md draws them: train.csv (`id,label`, ids without the extension)
+        beside train_images/ (3 classes of real 32 px PNGs, 14 each), test_images/ (6) and sample_submission.csv."""
+        if self._competition is None:
+            root = self.root / "comp"
+            rows = []
+            for c, name in enumerate(("Bag", "Coat", "Trouser")):
+                for i in range(14):
+                    ident = f"{c}{i:02d}ab{i * 7 % 10}f"
+                    write_png(root / "train_images" / f"{ident}.png", seed=c * 100 + i, size=32)
+                    rows.append(f"{ident},{name}")
+            tests = [f"t{i:03d}" for i in range(6)]
+            for i, ident in enumerate(tests):
+                write_png(root / "test_images" / f"{ident}.png", seed=1000 + i, size=32)
+            (root / "train.csv").write_text("id,label\n" + "\n".join(rows) + "\n")
+            (root / "sample_submission.csv").write_text("id,label\n" + "\n".join(f"{t},Bag" for t in tests) + "\n")
+            self._competition = root
+        return self._competition
+
+    def weights(self) -> Path:
+        """Weights pretrained elsewhere: a timm resnet18's state_dict, its head for 5 classes, saved with torch.save."""
+        if self._weights is None:
+            path = self.root / "pre.pth"
+            code = ("import sys, timm, torch; torch.manual_seed(0); "
+                    "torch.save(timm.create_model('resnet18', num_classes=5).state_dict(), sys.argv[1])")
+            subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=child_env(SHARED_CORES),
+                           timeout=300)
+            self._weights = path
+        return self._weights
 
     def base_run(self) -> Path:
         """A 2-epoch shapes run stopped by SIGTERM in epoch 2: a run folder a `--resume` line can continue."""
@@ -170,6 +202,11 @@ def prepare(cmd: DocCommand, words: list[str], cwd: Path, fx: Fixtures, written:
             continue
         if word.startswith(("/data/", "~/data", "$HOME/data")) or word == "DIR":
             word = str(fx.tree())
+        elif word == "comp" or word.startswith("comp/"):
+            if not (cwd / "comp").exists():
+                shutil.copytree(fx.competition(), cwd / "comp")
+        elif prev == "--weights" and word.endswith(".pth") and not (cwd / word).exists():
+            shutil.copy(fx.weights(), cwd / word)
         elif word == "HOST:PORT":
             word = "127.0.0.1:29400"
         elif prev == "--node-rank" and word == "R":

@@ -25,7 +25,30 @@ NOT_RUNNABLE = {
     ("docs/bench.md", "from fasttrain.profiles import presets"):
         "a fragment showing the order of the calls with the caller's own variables (ref, sets, report...)",
 }
-SUBSTITUTIONS = {"README.md": {'"/data/flowers"': '"{data}"', "epochs=10": "epochs=1"}}
+SUBSTITUTIONS = {"README.md": {'"/data/flowers"': '"{data}"', "epochs=10": "epochs=1"},
+                 # the competition's folder is written into the working folder (competition_folder); a tiny model,
+                 # one epoch; the submission comes from a run of the same block's own making
+                 "docs/competition.md": {'"resnet18"': '"tiny_cnn"', "epochs=4": "epochs=1",
+                                         '"runs/NAME"': 'fasttrain.train("tiny_cnn", "comp/train.csv", epochs=1, '
+                                                        'quiet=True).run_dir'}}
+NEEDS_COMPETITION = {"docs/competition.md"}
+
+
+def competition_folder(root: Path) -> Path:
+    """docs/competition.md's folder: train.csv (`id,label`, ids without the extension) beside train_images/ (3 classes
+    of real PNGs, 12 each), test_images/ (4) and sample_submission.csv."""
+    from image_tree import write_png
+
+    rows = []
+    for c, name in enumerate(("Bag", "Coat", "Trouser")):
+        for i in range(12):
+            write_png(root / "train_images" / f"{c}x{i:03d}.png", seed=c * 100 + i, size=32)
+            rows.append(f"{c}x{i:03d},{name}")
+    for i in range(4):
+        write_png(root / "test_images" / f"t{i}.png", seed=900 + i, size=32)
+    (root / "train.csv").write_text("id,label\n" + "\n".join(rows) + "\n")
+    (root / "sample_submission.csv").write_text("id,label\n" + "\n".join(f"t{i},Bag" for i in range(4)) + "\n")
+    return root
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -44,15 +67,23 @@ def test_every_python_block_runs_somewhere_or_says_why_not() -> None:
     assert {f for f, _ in RUNNABLE} <= set(SUBSTITUTIONS), "a new runnable block: give its file SUBSTITUTIONS"
 
 
+def test_every_substitution_still_matches_its_document() -> None:
+    for doc, substitutions in SUBSTITUTIONS.items():
+        blocks = [b for f, b in RUNNABLE if f == doc]
+        for old in substitutions:
+            assert any(old in b for b in blocks), f"{doc} no longer contains {old!r}: update SUBSTITUTIONS"
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("doc, block", RUNNABLE, ids=[f"{f}:{b.splitlines()[0][:30]}" for f, b in RUNNABLE])
 def test_a_python_block_of_the_docs_runs(doc: str, block: str, tmp_path: Path) -> None:
     data = write_image_folder(tmp_path / "data", classes=3, train_per_class=40, val_per_class=8)
-    for old, new in SUBSTITUTIONS[doc].items():
-        assert old in block, f"{doc} no longer contains {old!r}: update SUBSTITUTIONS"
+    for old, new in SUBSTITUTIONS[doc].items():  # each one is in some block of its document (the test below)
         block = block.replace(old, new.format(data=data))
     work = tmp_path / "work"
     work.mkdir()
+    if doc in NEEDS_COMPETITION:
+        competition_folder(work / "comp")
     env = child_env({"PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"})
     proc = subprocess.run([sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True,
                           timeout=280)

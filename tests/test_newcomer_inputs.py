@@ -78,6 +78,9 @@ def test_fitted_to_data() -> None:
     from fasttrain.train.setup.batch_math import fitted_to_data
     assert fitted_to_data(64, 30) == 4 and fitted_to_data(64, 6400) == 64 and fitted_to_data(8, 0) is None
     assert fitted_to_data(64, 30, world_size=2) == 2
+    # never a batch of 1 while a process has 2 samples: batch norm cannot train on one value per channel
+    assert fitted_to_data(64, 7) == 2 and fitted_to_data(64, 3) == 2 and fitted_to_data(64, 1) == 1
+    assert fitted_to_data(3, 5) == 2
 
 
 @pytest.mark.parametrize("words,expected", [("fasttrain train --profile ", {"cpu", "kaggle-t4"}),

@@ -15,4 +15,6 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "Report": "results",
     "Forecast": "results",
     "Plan": "results",
+    "predict": "predictions",
+    "Predictions": "predictions",
 })

@@ -24,6 +24,7 @@ from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import given
 
 if TYPE_CHECKING:
+    import pandas
     from torch import nn
     from torch.utils.data import Dataset
 
@@ -32,9 +33,10 @@ if TYPE_CHECKING:
 # A model: a name (timm, torchvision, tiny_cnn, module:callable), a torch.nn.Module, or a class or function that
 # builds one (called with num_classes= and image_size= when it takes them).
 ModelLike = Union[str, "nn.Module", Callable[..., "nn.Module"]]
-# Data: an ImageFolder path (train/ and val/, or class folders), "shapes", "synthetic", or a (train, val) pair of
-# map-style datasets yielding (input tensor, class index).
-DataLike = Union[str, "os.PathLike[str]", tuple["Dataset", "Dataset"]]
+# Data: an ImageFolder path (train/ and val/, or class folders), a labels table (train.csv), "shapes", "synthetic", a
+# (train, val) pair of map-style datasets yielding (input tensor, class index), or a pandas DataFrame of image paths
+# (relative to the current folder, or to images_dir=) and labels.
+DataLike = Union[str, "os.PathLike[str]", tuple["Dataset", "Dataset"], "pandas.DataFrame"]
 
 
 def train(model: ModelLike, data: DataLike, *, profile: str | None = None, epochs: int | None = None,
@@ -44,6 +46,8 @@ def train(model: ModelLike, data: DataLike, *, profile: str | None = None, epoch
     settings: any other flag of `fasttrain train` by its name with underscores: batch_size=64 or "auto",
     image_size=224, set={"optim.lr": 0.1}, resume="runs/NAME" (or "auto" with run_name), seed=1, no_tune=True,
     save_every_minutes=30, pretrained=True, quiet=True, runs_dir="runs", num_classes=..., on_nan="skip" ...
+    data: a folder, a labels table ("train.csv"), or a DataFrame of image paths and labels, its paths relative to
+    the current folder or to images_dir="FOLDER" (columns found as for a table; set={"data.label_column": ...}).
     A model object is trained in place (afterwards it holds the last epoch's weights) and a run of a model or data
     given as Python objects resumes from Python: the same call with resume="runs/NAME". In a notebook the run shows
     a live view in the cell; elsewhere the terminal's dashboard. A stopped run (the notebook's interrupt, SIGTERM)
@@ -53,6 +57,7 @@ def train(model: ModelLike, data: DataLike, *, profile: str | None = None, epoch
     from fasttrain.ui.notebook import in_notebook, notebook_display
     model_obj, model_name = _model_arg(model)
     pair, data_spec = _data_arg(data)
+    settings = _images_dir(settings)
     display = notebook_display if in_notebook() else None
     try:
         with given(model_obj, pair) as (given_model, given_data), _own_signals():
@@ -81,6 +86,7 @@ def plan(model: ModelLike, data: DataLike, *, profile: str | None = None, epochs
     from fasttrain.train.setup.plan_view import plan_view
     model_obj, model_name = _model_arg(model)
     pair, data_spec = _data_arg(data)
+    settings = _images_dir(settings)
     with given(model_obj, pair) as (given_model, given_data):
         keywords = {"model": given_model or model_name, "data": given_data or data_spec, "profile": profile,
                     "epochs": epochs, "run_name": run_name, **settings, "dry_run": True}
@@ -117,18 +123,35 @@ def _model_arg(model: object) -> tuple[object | None, str]:
                              "name (timm, torchvision, tiny_cnn, module:callable)", "", model)])
 
 
-def _data_arg(data: object) -> tuple[tuple[object, object] | None, str]:
-    """(the (train, val) pair to register, or None; the spec to pass as --data)."""
+def _data_arg(data: object) -> tuple[object | None, str]:
+    """(the (train, val) pair or DataFrame to register, or None; the spec to pass as --data)."""
     if isinstance(data, str) or (isinstance(data, os.PathLike) and isinstance(os.fspath(data), str)):
         return None, os.fspath(data)
+    if hasattr(data, "columns") and (hasattr(data, "itertuples") or hasattr(data, "to_dict")):
+        return data, ""  # a DataFrame of image paths and labels, duck-typed (pandas is not a dependency)
     if isinstance(data, (tuple, list)) and len(data) == 2:
         if all(hasattr(part, "dataset") and hasattr(part, "batch_size") for part in data):
             raise UserError([Problem("data", "got DataLoaders: fasttrain builds the loaders the plan asks for (batch, "
                                      "workers, pinned memory)", "pass their datasets: (train_loader.dataset, "
                                      "val_loader.dataset)")])
         return (data[0], data[1]), ""
-    raise UserError([Problem("data", "expected a data folder, shapes or synthetic, or a (train, val) pair of "
-                             "datasets", "e.g. fasttrain.train(Net(), (train_ds, val_ds))", data)])
+    raise UserError([Problem("data", "expected a data folder, a labels table (train.csv), shapes or synthetic, a "
+                             "DataFrame of image paths and labels, or a (train, val) pair of datasets",
+                             "e.g. fasttrain.train(Net(), (train_ds, val_ds))", data)])
+
+
+def _images_dir(settings: dict[str, object]) -> dict[str, object]:
+    """images_dir="FOLDER" (where a DataFrame's or a table's image paths start) as set={"data.images_dir": ...}."""
+    if settings.get("images_dir") is None:
+        return {k: v for k, v in settings.items() if k != "images_dir"}
+    rest = dict(settings)
+    folder = rest.pop("images_dir")
+    sets = rest.get("set") or {}
+    if isinstance(sets, dict):
+        rest["set"] = {**sets, "data.images_dir": os.fspath(folder)}  # type: ignore[arg-type]
+    else:
+        rest["set"] = [*(sets if isinstance(sets, (list, tuple)) else [sets]), f"data.images_dir={os.fspath(folder)}"]
+    return rest
 
 
 @contextmanager

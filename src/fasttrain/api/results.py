@@ -91,6 +91,17 @@ class RunSummary(Shown):
         """One row per epoch: train_loss, val_loss, val_acc1, time_s, ..."""
         return list(self.summary.get("history") or [])
 
+    @property
+    def per_class(self) -> list[dict[str, Any]]:
+        """Validation accuracy of each class, in class order: {"class", "accuracy", "images"}; of the best epoch
+        where the run has its matrix (summary["per_class_epoch"], ["per_class_basis"]); [] without one."""
+        return list(self.summary.get("per_class") or [])
+
+    @property
+    def confused(self) -> list[dict[str, Any]]:
+        """The most frequent mistakes, most often first: {"true", "predicted", "count", "share" (of true's images)}."""
+        return list(self.summary.get("confused") or [])
+
     def draw(self, console: Console) -> None:
         """One line per epoch (as the run printed them), then the end of the run (ui/ending.py's rows)."""
         from fasttrain.core.given import is_given

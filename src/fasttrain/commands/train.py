@@ -37,8 +37,13 @@ def train_cmd(
                                            "date-time-profile)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
-    pretrained: bool = typer.Option(False, "--pretrained", help="Start from locally cached timm weights "
-                                    "(never downloads)."),
+    pretrained: bool = typer.Option(False, "--pretrained", help="Start from the model's ImageNet weights through "
+                                    "timm: from the Hugging Face cache, downloaded into it when missing and there "
+                                    "is network."),
+    weights: Optional[str] = typer.Option(None, "--weights", metavar="FILE",
+                                          help="Start from a local weights file (.pth/.pt state_dict, .safetensors, "
+                                               "a timm or torchvision checkpoint, a fasttrain run folder): tensors "
+                                               "matched by name and shape, the classifier re-made for the classes."),
     seed: int = options.seed_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the final summary."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every note on how the run works (threads, "
@@ -104,8 +109,9 @@ def train_cmd(
 
     args = TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
-                               seed=seed, quiet=quiet, verbose=verbose, json=as_json, image_size=image_size,
-                               num_classes=num_classes, save_every=save_every, strict_data=strict_data,
+                               weights=weights, seed=seed, quiet=quiet, verbose=verbose, json=as_json,
+                               image_size=image_size, num_classes=num_classes, save_every=save_every,
+                               strict_data=strict_data,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=parse_batch_size(batch_size) if batch_size is not None else None,
                                launch=launch, no_tune=no_tune, deadline=deadline, max_cost=max_cost,
@@ -115,8 +121,8 @@ def train_cmd(
     prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
     if dry_run or prep.args.launch is not None:
         from fasttrain.models.registry import create_model
-        create_model(prep.model_name, prep.bundle.num_classes, pretrained=pretrained,  # an unknown model fails here
-                     image_size=prep.plan.image_size)
+        create_model(prep.model_name, prep.bundle.num_classes,  # an unknown model fails here; a dry run downloads
+                     pretrained=pretrained and not dry_run, image_size=prep.plan.image_size)  # nothing
     if dry_run and api is not None:
         return prep
     if dry_run:
@@ -168,7 +174,7 @@ def _dashboard(display: "RunDisplay") -> "Dashboard":
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
                      forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,
-                     input_gain=display.input_gain)
+                     input_gain=display.input_gain, classes=display.classes)
 
 
 def _given(ctx: typer.Context) -> set[str]:

@@ -1,6 +1,7 @@
 """Python objects handed to the API (`fasttrain.train(Net(), (train, val))`), known to the run by a name.
 
-A model object or class, or a (train, val) pair of datasets, cannot travel as a `--model` or `--data` string.
+A model object or class, a (train, val) pair of datasets, or a DataFrame of image paths and labels (a labels table:
+datasets/labels_table.py) cannot travel as a `--model` or `--data` string.
 The API registers it here for the length of one call, under a name that says what it is (`python:Net#1a2b3c4d`);
 the places that build a model or open data by name (models/given_model.py, datasets/build.py) find it there, so
 the run takes the same path as on the command line. The name is what the plan, the summary and the checkpoint
@@ -19,7 +20,7 @@ PREFIX = "python:"
 MAX_LABEL_CHARS = 60  # a class's name in the run's model name: beyond it, a generated name
 
 _MODELS: dict[str, object] = {}
-_DATA: dict[str, tuple[object, object]] = {}
+_DATA: dict[str, object] = {}  # a (train, val) pair, or a DataFrame-like table
 
 
 def is_given(name: object) -> bool:
@@ -58,12 +59,23 @@ def data_name(train: object, val: object) -> str:
     return f"{PREFIX}{_label(type(train))},{_label(type(val))}"
 
 
+def table_name(frame: object) -> str:
+    """The run's name for a DataFrame of image paths and labels: `python:DataFrame#1a2b3c4d` (its columns and
+    length, so two different tables of one call do not share a name)."""
+    try:
+        text = f"{list(map(str, frame.columns))}|{len(frame)}"  # type: ignore[attr-defined, arg-type]
+    except Exception:  # noqa: BLE001 - a duck-typed object of the user's: its name needs no more than its type
+        text = type(frame).__qualname__
+    return f"{PREFIX}{_label(type(frame))}#{hashlib.sha1(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
+
+
 @contextmanager
-def given(model: object = None, data: tuple[object, object] | None = None) -> Iterator[tuple[str | None, str | None]]:
-    """Register `model` and/or the `data` pair for the length of the block -> (model name, data name), None for
-    what was not given. Nested calls with the same object are fine: the name is the same."""
-    names: tuple[str | None, str | None] = (model_name(model) if model is not None else None,
-                                            data_name(*data) if data is not None else None)
+def given(model: object = None, data: object = None) -> Iterator[tuple[str | None, str | None]]:
+    """Register `model` and/or the `data` (a (train, val) pair or a DataFrame) for the length of the block ->
+    (model name, data name), None for what was not given. Nested calls with the same object are fine: the name is
+    the same."""
+    data_as = (None if data is None else data_name(*data) if isinstance(data, tuple) else table_name(data))
+    names: tuple[str | None, str | None] = (model_name(model) if model is not None else None, data_as)
     saved = (_MODELS.get(names[0] or ""), _DATA.get(names[1] or ""))
     if names[0] is not None:
         _MODELS[names[0]] = model
@@ -88,8 +100,8 @@ def model(name: str) -> object:
     return _MODELS[name]
 
 
-def datasets(name: str) -> tuple[object, object]:
-    """The (train, val) pair registered under `name`, else the UserError of missing()."""
+def datasets(name: str) -> object:
+    """The (train, val) pair or the DataFrame registered under `name`, else the UserError of missing()."""
     if name not in _DATA:
         raise missing(name, "--data")
     return _DATA[name]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fasttrain.profiles.presets import Resolved
+from fasttrain.profiles.schema import DataSpec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,13 +22,14 @@ SAMPLE_SHARDS = 16
 
 
 def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved, list[str]]:
-    """-> (the profile with the checks' changes, the plan's notes). A folder of class folders is sampled by
-    file; a prepared shard set (`fasttrain data prepare`) by its training shards' members."""
+    """-> (the profile with the checks' changes, the plan's notes). A folder of class folders or a labels table
+    (train.csv) is sampled by file; a prepared shard set (`fasttrain data prepare`) by its training shards'
+    members."""
     from fasttrain.datasets.crop_check import crop_test
     from fasttrain.datasets.flip_check import mirror_test, shrunk
 
     augment = resolved.profile.augment
-    classes, thumbs, labels = _sample(folder, seed)
+    classes, thumbs, labels = _sample(folder, seed, resolved.profile.data)
     flags, notes = {}, []
     hflip = augment.hflip
     test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
@@ -55,8 +57,9 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
     return (resolved.with_flags(flags) if flags else resolved), notes
 
 
-def _sample(folder: Path, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The class names and a random sample of 32 px grey thumbnails of the training split, with their labels."""
+def _sample(folder: Path, seed: int, spec: DataSpec) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The class names and a random sample of 32 px grey thumbnails of the training split, with their labels
+    (`folder`: an image folder, a prepared shard set, or a labels table with `spec` saying its columns)."""
     from fasttrain.datasets.flip_check import sample_thumbs
     from fasttrain.datasets.shards import ShardImages, is_prepared, load_manifest
 
@@ -73,7 +76,8 @@ def _sample(folder: Path, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]
         members = [(i, label) for i, (_, label) in enumerate(train.samples)]
         thumbs, labels = sample_thumbs(members, seed=seed, size=32, open_source=lambda i: io.BytesIO(train.read(i)))
         return list(manifest["classes"]), thumbs, labels
-    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
-    classes, train_files, _ = find_splits(folder, seed=seed, val_fraction=VAL_FRACTION)
+    from fasttrain.datasets.data_source import find_samples
+    from fasttrain.datasets.image_folder import VAL_FRACTION
+    classes, train_files, _ = find_samples(folder, seed=seed, val_fraction=VAL_FRACTION, spec=spec)
     thumbs, labels = sample_thumbs(train_files, seed=seed, size=32)
     return classes, thumbs, labels

@@ -1,4 +1,4 @@
-"""Turn a `--data` spec into train and validation datasets: shapes | synthetic | DIR | module:callable.
+"""Turn a `--data` spec into train and validation datasets: shapes | synthetic | DIR | TABLE.csv | module:callable.
 
 Every bad input is a UserError with a one-line reason. Corrupt or unreadable image files do not stop a run:
 the dataset hands back a `BadSample`, the collate function drops it and the loader records its path in the
@@ -8,7 +8,6 @@ strict=True the loader raises a UserError naming the file instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
@@ -16,8 +15,8 @@ from fasttrain.core.given import datasets as given_datasets, is_given
 from fasttrain.core.paths import expand_user
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget
-from fasttrain.datasets.image_folder import VAL_FRACTION
-from fasttrain.profiles.schema import AugmentSpec
+from fasttrain.datasets.image_folder import VAL_FRACTION, Samples
+from fasttrain.profiles.schema import AugmentSpec, DataSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
 SYNTHETIC_EPOCH_SAMPLES = 10_000
@@ -59,9 +58,10 @@ class ImageFiles:
 
 def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0,
                    val_fraction: float = VAL_FRACTION, strict: bool = False, num_classes: int | None = None,
-                   decode: DecodeBudget | None = None) -> DataBundle:
+                   decode: DecodeBudget | None = None, table: DataSpec | None = None) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
-    a directory (ImageFolder tree), or "module:callable" returning (train, val) or (train, val, num_classes).
+    a directory (ImageFolder tree), a labels table (train.csv beside its images: datasets/data_source.py, with
+    `table` saying its columns), or "module:callable" returning (train, val) or (train, val, num_classes).
     `decode`: image folders that fit it are decoded once into RAM (datasets/decoded.py); None: never."""
     from fasttrain.datasets.sampler import check_seed
     check_seed(seed)  # numpy's default_rng refuses negatives, torch overflows: refuse before any of them sees it
@@ -71,16 +71,15 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     if "\x00" in spec:
         raise UserError([Problem("--data", "the data spec contains a NUL byte",
                                  "use shapes, synthetic, a directory or module:callable", spec)])
-    if is_given(spec):  # a (train, val) pair handed to the Python API (core/given.py)
-        from fasttrain.datasets.custom import datasets_bundle
-
-        return datasets_bundle(given_datasets(spec), spec, num_classes, said="the given (train, val) pair's")
+    if is_given(spec):  # a (train, val) pair or a DataFrame handed to the Python API (core/given.py)
+        return _given_bundle(spec, num_classes, image_size, augment, seed, val_fraction, strict, decode, table)
     if spec == "shapes":
+        from fasttrain.datasets.image_folder import find_splits
         from fasttrain.datasets.shapes import ensure_shapes
 
         # The set itself is fixed (data seed 0); `seed` still drives the split, order and augmentation.
-        return _image_bundle(ensure_shapes(seed=0), "shapes", image_size, augment, seed, val_fraction, strict,
-                             decode)
+        samples = find_splits(ensure_shapes(seed=0), seed=seed, val_fraction=val_fraction)
+        return _image_bundle(samples, "shapes", image_size, augment, strict, decode)
     if spec == "synthetic":
         return DataBundle(train=None, val=None, num_classes=num_classes or SYNTHETIC_NUM_CLASSES,
                           class_names=[], kind="synthetic", source="synthetic",
@@ -92,20 +91,41 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     if path.is_dir() and is_prepared(path):
         return shard_bundle(path, spec, image_size, augment, strict)
     if path.exists() or "/" in spec or spec.startswith("."):
-        return _image_bundle(path, spec, image_size, augment, seed, val_fraction, strict, decode)
+        from fasttrain.datasets.data_source import find_samples
+
+        samples = find_samples(path, seed=seed, val_fraction=val_fraction, spec=table)
+        return _image_bundle(samples, spec, image_size, augment, strict, decode)
     if ":" in spec:
         from fasttrain.datasets.custom import custom_bundle
 
         return custom_bundle(spec, num_classes)
     raise UserError([Problem("--data", f"no directory {spec!r} and not a known data set",
-                             "use shapes, synthetic, a directory with class folders, or module:callable")])
+                             "use shapes, synthetic, a directory with class folders, a labels table (train.csv), "
+                             "or module:callable")])
 
 
-def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, seed: int, val_fraction: float,
+def _given_bundle(spec: str, num_classes: int | None, image_size: int, augment: AugmentSpec, seed: int,
+                  val_fraction: float, strict: bool, decode: DecodeBudget | None,
+                  table: DataSpec | None) -> DataBundle:
+    """What the Python API handed over: a DataFrame of image paths and labels (relative to the current folder,
+    or to data.images_dir), or a (train, val) pair of datasets."""
+    from fasttrain.datasets.labels_table import is_frame_like
+
+    given = given_datasets(spec)
+    if is_frame_like(given):
+        from fasttrain.datasets.data_source import frame_data
+
+        data = frame_data(given, table or DataSpec(), seed=seed, val_fraction=val_fraction)
+        return _image_bundle((data.classes, data.train, data.val), spec, image_size, augment, strict, decode)
+    from fasttrain.datasets.custom import datasets_bundle
+
+    return datasets_bundle(given, spec, num_classes, said="the given (train, val) pair's")  # type: ignore[arg-type]
+
+
+def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, image_size: int, augment: AugmentSpec,
                   strict: bool, decode: DecodeBudget | None) -> DataBundle:
-    from fasttrain.datasets.image_folder import find_splits
-
-    class_names, train_samples, val_samples = find_splits(root, seed=seed, val_fraction=val_fraction)
+    """Image files as a bundle: decoded once into RAM when they fit `decode`, else the fast JPEG path or PIL."""
+    class_names, train_samples, val_samples = samples
     train: Any = None
     val: Any = None
     note = in_memory = None
@@ -119,9 +139,8 @@ def _image_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec
             train, val, note = decoded
             in_memory = IN_MEMORY
     if train is None:
-        from fasttrain.datasets.transforms import train_transform, val_transform
-
         from fasttrain.datasets.fast_decode import FastImageFiles, mostly_jpeg
+        from fasttrain.datasets.transforms import train_transform, val_transform
 
         # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
         files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
@@ -158,6 +177,6 @@ class SyntheticBatches:
     def __len__(self) -> int:
         return self.steps
 
-    def __iter__(self):  # noqa: ANN204 - yields (images, targets) tensors on the device
+    def __iter__(self):
         for step in range(self.steps):
             yield self.batches[step % len(self.batches)]

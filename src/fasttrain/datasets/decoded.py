@@ -122,8 +122,12 @@ def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: Augme
                  budget: DecodeBudget) -> DecodedImages | str:
     """The files as a DecodedImages (their saved pixels when the cache has them), or why they do not fit."""
     key = cache_key(samples) if budget.cache_dir is not None else None
+    if key and augment is None:  # validation keeps its pixels at the crop (DecodedImages): their own file
+        key = f"{key}-val{image_size}"
     cache_file = budget.cache_dir / CACHE_SUBDIR / f"{key}.npz" if budget.cache_dir is not None and key else None
     saved = load_pixels(cache_file, len(samples)) if cache_file is not None else None
+    if saved is not None and augment is None and tuple(saved[0].shape[2:]) != (image_size, image_size):
+        saved = None
     if saved is not None:
         pixels, sizes, bad = saved
         why = fit_reason(len(samples), int(pixels.shape[2]), int(pixels.shape[3]), image_size, ram_bytes)

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fasttrain.datasets.fast_decode import DECODE_ERRORS, decode
+from fasttrain.datasets.inference import val_pixels
 from fasttrain.datasets.pixel_cache import save_pixels
+from fasttrain.datasets.transforms import CROP_PCT
 from fasttrain.profiles.schema import AugmentSpec
 
 if TYPE_CHECKING:
@@ -35,8 +37,9 @@ def pool_pays(seconds_per_image: list[float], threads: int) -> bool:
 class DecodedImages:
     """A list of image files held as one padded uint8 tensor, decoded on first use, augmented per batch.
 
-    `augment` None: the validation transform. `batch(indices, keys)` -> (float images or None, targets,
-    [(path, reason)] of files that could not be decoded), as the per-image path's collate function returns."""
+    `augment` None: the validation transform, applied once as each image is decoded (inference.val_pixels).
+    `batch(indices, keys)` -> (float images or None, targets, [(path, reason)] of files that could not be decoded),
+    as the per-image path's collate function returns."""
 
     def __init__(self, samples: list[tuple[str, int]], sizes: Tensor, bad: dict[int, str], image_size: int,
                  augment: AugmentSpec | None, cache_file: Path | None = None, threads: int = 1,
@@ -53,8 +56,10 @@ class DecodedImages:
         self.sizes = sizes
         self.bad = dict(bad)
         self.saved = pixels is not None
-        self.pixels = pixels if pixels is not None else torch.zeros(
-            len(samples), 3, int(sizes[:, 0].max()), int(sizes[:, 1].max()), dtype=torch.uint8)
+        # Validation holds each image as validation sees it (inference.val_pixels: the per-image path's and
+        # predict's pixels exactly); training holds the whole image, padded, for its random crops.
+        held = (image_size, image_size) if augment is None else (int(sizes[:, 0].max()), int(sizes[:, 1].max()))
+        self.pixels = pixels if pixels is not None else torch.zeros(len(samples), 3, *held, dtype=torch.uint8)
         self.ready = torch.full((len(samples),), self.saved, dtype=torch.bool)
         for i in self.bad:
             self.ready[i] = True
@@ -82,7 +87,7 @@ class DecodedImages:
         keep = torch.tensor([indices[k] for k in kept], dtype=torch.long)
         pixels, sizes = self.pixels[keep], self.sizes[keep]
         if self.augment is None:
-            images = batch_augment.val_batch(pixels, sizes, self.image_size)
+            images = batch_augment.normalise(pixels.float())
         else:
             images = batch_augment.train_batch(pixels, sizes, self.image_size,
                                                tuple(self.augment.random_resized_crop_scale),
@@ -115,7 +120,12 @@ class DecodedImages:
         path = self.samples[i][0]
         try:
             with open(path, "rb") as f:
-                tensor, _ = decode(f.read())
+                data = f.read()
+            if self.augment is None:
+                self.pixels[i] = val_pixels(data, self.image_size, CROP_PCT)
+                self.ready[i] = True
+                return
+            tensor, _ = decode(data)
         except (*DECODE_ERRORS, Image.DecompressionBombError) as exc:
             self.bad[i] = f"{type(exc).__name__}: {exc}"
         else:

@@ -1,4 +1,4 @@
-"""`estimate --data DIR`: what `train` would do with the folder here (decode it once into RAM, or per image in
+"""`estimate --data DIR` (or a labels table, train.csv): what `train` would do with the folder here (decode it once into RAM, or per image in
 loader workers), how many training images it holds, and the loader rate measured on a sample of its files."""
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def checked_augment(data: Path, resolved: Resolved) -> tuple[Resolved, list[str]
     """The flip and crop checks `train` runs on an image folder before it plans (datasets/augment_check.py, with
     train's default seed), so the forecast prices what train will run (flips off for digits: no mirrored
     validation) -> (the profile, the notes train's plan would show)."""
-    if not data.is_dir():
+    from fasttrain.datasets.data_source import table_of
+    if not data.is_dir() and table_of(data) is None:
         return resolved, []
     from fasttrain.datasets.augment_check import check_augment
     from fasttrain.estimate.loader_sample import TRAIN_SEED
@@ -40,8 +41,18 @@ def checked_augment(data: Path, resolved: Resolved) -> tuple[Resolved, list[str]
 def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, int, LoaderSample]:
     """(training images, validation images, the loader's measured rate). `decoded_once`: train decodes the
     folder once into RAM on this machine (decoded_here): the rate is then the batched augmentation's."""
+    from fasttrain.datasets.data_source import table_of
     from fasttrain.estimate import loader_sample
-    count, val_count, files = loader_sample.scan(data)
+    table = table_of(data)
+    if table is not None:  # a labels table: its rows, split as train splits them
+        from fasttrain.datasets.data_source import open_table
+        from fasttrain.datasets.image_folder import VAL_FRACTION
+        read = open_table(table, profile.data, seed=loader_sample.TRAIN_SEED, val_fraction=VAL_FRACTION)
+        stride = max(1, len(read.train) // loader_sample.SAMPLE_FILES)
+        count, val_count = len(read.train), len(read.val)
+        files: list[Path] | list[bytes] = [Path(p) for p, _ in read.train[::stride][:loader_sample.SAMPLE_FILES]]
+    else:
+        count, val_count, files = loader_sample.scan(data)
     if decoded_once:
         return count, val_count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
                                                                profile.loader.batch_size)

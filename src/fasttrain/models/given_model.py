@@ -6,6 +6,11 @@ memory check and the forecast on the meta device, the tuning trial, the batch se
 them touches the user's weights: on the meta device a copy whose tensors are meta tensors (no memory, no copy of the
 weights), elsewhere a deep copy. A class or builder function is called like a `module:callable` builder
 (num_classes= and image_size= when it takes them), a new model each time, the run's included.
+
+A `module:callable` builder named on the command line is called once per run (built_once): its first model is
+kept for the process, built on the CPU even when the first to ask counts it on the meta device (the builder's code
+runs on real tensors, once, with the run's seed), and everything before the run gets the same copies as above; the
+run takes the model itself, and a later run of the same process builds its own.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from fasttrain.core import given
 
 if TYPE_CHECKING:
     from torch import nn
+
+_BUILT: dict[tuple[object, ...], nn.Module] = {}  # a builder's model by (spec, classes, image size), until the run
+_BUILD_SEED = [0]  # the run's --seed: the builder's random init is the one a seeded run gets (seed_builds)
 
 
 def build_given(name: str, *, for_run: bool, build: Callable[[Callable[..., object]], nn.Module]) -> nn.Module:
@@ -50,3 +58,25 @@ def _meta_copy(model: nn.Module) -> nn.Module:
         memo[id(tensor)] = torch.nn.Parameter(meta, requires_grad=tensor.requires_grad) \
             if isinstance(tensor, torch.nn.Parameter) else meta
     return copy.deepcopy(model, memo)
+
+
+def seed_builds(seed: int) -> None:
+    """The seed a builder's first call initialises its weights with (the run's --seed, as if it were seeded)."""
+    _BUILD_SEED[0] = seed
+
+
+def built_once(key: tuple[object, ...], build: Callable[[], nn.Module], *, for_run: bool) -> nn.Module:
+    """The model `build` makes, built once for this `key`: the run (for_run) takes the model itself, everyone
+    before it a copy (a meta-device copy inside `with torch.device("meta")`)."""
+    import torch
+
+    model = _BUILT.get(key)
+    if model is None:
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # real tensors even under a meta caller
+            torch.manual_seed(_BUILD_SEED[0])
+            model = build()
+        _BUILT[key] = model
+    if for_run:
+        del _BUILT[key]  # trained from here on: a later run of this process gets a new one
+        return model
+    return _meta_copy(model) if _building_on_meta() else copy.deepcopy(model)

@@ -1,6 +1,7 @@
 """Build a model by name: timm, torchvision, fasttrain's own small nets, or `module:callable`.
 
-Always random init: nothing is downloaded at run time. Imports torch lazily (call sites are commands).
+Random init, or with pretrained=True timm's published weights (models/pretrained.py: the only download).
+Imports torch lazily (call sites are commands).
 """
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import is_given
 from fasttrain.core.suggest import did_you_mean
+# Their home is models/pretrained.py; cli.py, api/ and the plan name them here, with the models.
+from fasttrain.models.pretrained import OFFLINE_ENV, pretrained_source, stay_offline  # noqa: F401
 
 if TYPE_CHECKING:
     from torch import nn
@@ -153,7 +157,7 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     if is_given(name):  # an object, class or builder handed to the Python API (core/given.py): a copy or a new one
         return _given(name, num_classes, image_size, for_run=False)
     if ":" in name:
-        return check_model(call_builder(load_callable(name, "--model"), name, num_classes, image_size), name)
+        return _built(name, num_classes, image_size, for_run=False)
     builtin = builtin_models()
     if name in builtin:
         if pretrained:
@@ -163,15 +167,15 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     if name in timm_names:
         import timm
         if pretrained:
-            return _timm_pretrained_offline(name, num_classes)
+            from fasttrain.models.pretrained import timm_pretrained
+            return timm_pretrained(name, num_classes)
         sized = {"img_size": image_size} if image_size is not None and timm_fixed_size(name) is not None else {}
         return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **sized)
     tv_names = _torchvision_names()
     if name in tv_names:
         if pretrained:
-            raise UserError([Problem("--pretrained", f"torchvision weights for {name} would be downloaded",
-                                     "nothing is downloaded at run time; train from scratch or use a timm "
-                                     "model whose weights are already in the local cache")])
+            from fasttrain.models.pretrained import torchvision_hint
+            raise torchvision_hint(name)
         from torchvision import models as tvm
         return tvm.get_model(name, weights=None, num_classes=num_classes)
     hint = did_you_mean(name, list(builtin) + timm_names + tv_names)
@@ -183,41 +187,34 @@ def run_model(name: str, num_classes: int, *, pretrained: bool = False, image_si
     """The model a run trains: the user's own object when the Python API was handed one, else create_model's."""
     if is_given(name):
         return _given(name, num_classes, image_size, for_run=True)
+    if ":" in name:
+        return _built(name, num_classes, image_size, for_run=True)
     return create_model(name, num_classes, pretrained=pretrained, image_size=image_size)
+
+
+def _built(spec: str, num_classes: int, image_size: int | None, *, for_run: bool) -> nn.Module:
+    """A module:callable builder's model, called once per run (models/given_model.py built_once)."""
+    from fasttrain.models.given_model import built_once
+    return built_once((spec, num_classes, image_size), lambda: check_model(
+        call_builder(load_callable(spec, "--model"), spec, num_classes, image_size), spec), for_run=for_run)
+
+
+def builder_folder(spec: str) -> str | None:
+    """The folder a module:callable builder's module was imported from (the sys.path entry that holds it), for
+    rebuilding the model elsewhere (model.json); None when it is not imported or has no file."""
+    module_name = spec.partition(":")[0]
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    return str(path.parents[module_name.count(".") + (path.name == "__init__.py")])
 
 
 def _given(name: str, num_classes: int, image_size: int | None, *, for_run: bool) -> nn.Module:
     from fasttrain.models.given_model import build_given
     return build_given(name, for_run=for_run, build=lambda fn: check_model(call_builder(fn, name, num_classes,
                                                                                         image_size), name))
-
-
-# fasttrain never downloads: set before huggingface_hub or timm is imported (cli.py's root callback).
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1"}
-
-
-def stay_offline() -> None:
-    """No network for Hugging Face Hub in this process: its offline switch is read when huggingface_hub is
-    imported, so this runs first; if it was imported already, its module-level switches are flipped too."""
-    os.environ.update(OFFLINE_ENV)
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        constants.HF_HUB_OFFLINE = True
-        constants.HF_HUB_DISABLE_TELEMETRY = True
-
-
-def _timm_pretrained_offline(name: str, num_classes: int) -> Any:
-    stay_offline()
-    import timm
-    try:
-        return timm.create_model(name, pretrained=True, num_classes=num_classes)
-    except Exception as exc:  # noqa: BLE001 - timm raises many kinds when weights are absent
-        missing = type(exc).__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "FileNotFoundError")
-        what = "in the local cache" if missing else f"that load from the local cache ({type(exc).__name__}: {exc})"
-        raise UserError([Problem("--pretrained", f"no pretrained weights for {name} {what}; fasttrain never "
-                                 "downloads", "fetch them once where there is network (python -c \"import timm; "
-                                 f"timm.create_model('{name}', pretrained=True)\") into the Hugging Face cache "
-                                 "(HF_HOME), or drop --pretrained")]) from None
 
 
 def timm_fixed_size(name: str) -> int | None:

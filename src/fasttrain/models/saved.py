@@ -78,6 +78,8 @@ def load_trained(run: Path | str) -> tuple[torch.nn.Module, dict[str, Any]]:
 
     meta = read_meta(Path(run))
     weights = Path(run) / meta.get("weights", WEIGHTS_FILE)
+    if ":" in str(meta["model"]):
+        _builder_importable(str(meta["model"]), meta.get("module_dir"), Path(run))
     model = create_model(meta["model"], int(meta["num_classes"]), image_size=int(meta["image_size"]))
     try:
         state = load_file(str(weights))
@@ -89,6 +91,26 @@ def load_trained(run: Path | str) -> tuple[torch.nn.Module, dict[str, Any]]:
         raise UserError([Problem(str(weights), f"the weights do not fit {meta['model']}: {str(exc)[:200]}",
                                  "use the model.json and model.safetensors of the same run")]) from None
     return (mirror_averaged(model) if meta.get("test_flip") else model).eval(), meta
+
+
+def _builder_importable(spec: str, folder: object, run: Path) -> None:
+    """A module:callable model is rebuilt by its module: importable from here, or from the folder it was trained
+    from (model.json's module_dir, put on sys.path); else a UserError naming the module."""
+    import importlib.util
+    import sys
+
+    module = spec.partition(":")[0]
+    top = module.split(".")[0]
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    there = isinstance(folder, str) and (Path(folder, top).is_dir() or Path(folder, top + ".py").is_file())
+    if there and importlib.util.find_spec(top) is None:
+        sys.path.insert(0, str(folder))
+    if importlib.util.find_spec(top) is None:
+        where = f" nor in {folder}, where the run was trained" if isinstance(folder, str) else ""
+        raise UserError([Problem(str(run / META_FILE), f"the model is built by {spec}: module {module!r} is not "
+                                 f"importable from here{where}", f"put {top} on PYTHONPATH (or run from the folder "
+                                 "that holds it)")])
 
 
 def mirror_averaged(model: torch.nn.Module) -> torch.nn.Module:

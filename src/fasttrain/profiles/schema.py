@@ -104,6 +104,9 @@ class OptimSpec(_Section):
     precise_bn_images: int = Field(256, ge=0, le=1_000_000, description="before each validation, re-estimate "
                                    "the batch-norm statistics of the validated weights on the epoch's last this "
                                    "many training images (0: validate with the running statistics)")
+    finetune_lr_scale: float = Field(0.33, gt=0, le=1, description="a run that starts from weights (--weights, "
+                                     "--pretrained) trains at this share of base_lr (measured: docs/benchmarks.md "
+                                     "'Fine-tuning'); 1: the LR of a run from scratch")
 
 
 class AugmentSpec(_Section):
@@ -142,6 +145,21 @@ class WorldSpec(_Section):
     gpus_per_node: int = Field(1, gt=0, le=1024)  # processes per machine: GPUs, or CPU processes
 
 
+class DataSpec(_Section):
+    """A labels table (`--data train.csv`, a DataFrame from Python): which columns and folder; null = detect."""
+
+    image_column: str | None = Field(None, min_length=1, max_length=200, pattern=_PRINTABLE,
+                                     description="labels table: the column of image ids or paths; null = found by "
+                                     "its name (id, image, file, path...) or by values that name image files")
+    label_column: str | None = Field(None, min_length=1, max_length=200, pattern=_PRINTABLE,
+                                     description="labels table: the column of class names or indices; null = found "
+                                     "by its name (label, class, target...) or by few distinct values")
+    images_dir: str | None = Field(None, min_length=1, max_length=4096, pattern=_PRINTABLE,
+                                   description="labels table: the folder of its images, relative to the table (a "
+                                   "DataFrame: the current folder) or absolute; null = train_images/, train/, "
+                                   "images/, img/ beside it, or its own folder")
+
+
 class Profile(_Section):
     """A whole preset or user file after `extends` and overrides are applied."""
 
@@ -154,6 +172,7 @@ class Profile(_Section):
     optim: OptimSpec = OptimSpec()
     augment: AugmentSpec = AugmentSpec()
     world: WorldSpec = WorldSpec()
+    data: DataSpec = DataSpec()
 
     # Derived values: one place, each through arithmetic.py.
     @property
@@ -208,6 +227,7 @@ class Profile(_Section):
 SECTIONS: dict[str, type[BaseModel]] = {
     "hardware": HardwareSpec, "loader": LoaderSpec, "speed": SpeedSpec,
     "optim": OptimSpec, "augment": AugmentSpec, "world": WorldSpec,
+    "data": DataSpec,
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = tuple(Profile.model_fields)
 

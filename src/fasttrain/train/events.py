@@ -149,6 +149,7 @@ class RunDisplay:
     data_kind: str = "images"      # DataBundle.kind: a display says img/s for images, samples/s otherwise
     measured: tuple[Measurement, ...] = ()  # made on this machine: the verdict's advice reads them
     input_gain: str | None = None  # what prepared shards measured on this data, for the input-bound verdict
+    classes: str | None = None     # "10 classes: T-shirt, Trouser, ... Ankle boot" (setup/plan_view.classes_text)
 
 
 # The command layer's display for a run: a context manager (entered around training) yielding a listener.

@@ -15,6 +15,7 @@ from fasttrain.core.errors import Problem, UserError
 if TYPE_CHECKING:  # names for the annotations only: cli.py imports this module, which must stay cheap (no pydantic)
     from fasttrain.datasets.bundle import DataBundle
     from fasttrain.hardware.report import HardwareReport
+    from fasttrain.models.weights import WeightsMatch
     from fasttrain.plan import Plan
     from fasttrain.profiles.presets import Resolved
     from fasttrain.train.state.run_state import Resume
@@ -81,6 +82,7 @@ class TrainArgs:
     runs_dir: Path = Path("runs")
     dry_run: bool = False
     pretrained: bool = False
+    weights: str | None = None           # --weights FILE: start from these (models/weights.py)
     seed: int = 0
     quiet: bool = False
     verbose: bool = False                # --verbose: every note of the run's opening, not only what to know
@@ -116,6 +118,12 @@ class Prepared:
     resume: Resume | None = None
     world: WorkerWorld | None = None      # set in a torchrun worker
     tuning: dict[str, Any] | None = None  # the cached tuning entry applied to the plan (trial/tune.py)
+    init: WeightsMatch | None = None      # --weights matched to the model (None: --pretrained, scratch, a resume)
+
+    @property
+    def from_weights(self) -> bool:
+        """The run starts from trained weights (--weights or --pretrained), not from random ones."""
+        return self.init is not None or self.args.pretrained or bool(self.args.weights)
 
     @property
     def is_main(self) -> bool:

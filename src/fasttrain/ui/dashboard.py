@@ -49,13 +49,14 @@ class Dashboard:
     `telemetry` (optional): when update() gets snapshot=None, the live screen pulls telemetry.snapshot()
     itself at redraw time, so the loop need not build a snapshot per batch.
     `data_kind` (the DataBundle's kind): throughput reads img/s for images, samples/s for other data.
+    `classes`: the class count and names in one line (setup/plan_view.classes_text), shown first.
     """
 
     def __init__(self, plan: Plan, *, total_batches: int, epochs: int, mode: str = "plain",
                  forecast: dict[str, Any] | None = None, stream: TextIO | None = None, plain_every_s: float = 10.0,
                  report: HardwareReport | None = None, telemetry: Any = None, console: Any = None,
                  clock: Callable[[], float] = time.monotonic, data_kind: str = "images",
-                 measured: tuple[Any, ...] = (), input_gain: str | None = None):
+                 measured: tuple[Any, ...] = (), input_gain: str | None = None, classes: str | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.plan, self.report, self.forecast = plan, report, forecast
@@ -63,6 +64,7 @@ class Dashboard:
         self.data_kind = data_kind
         self.measured = measured
         self.input_gain = input_gain  # the measured shard factor for the input-bound verdict (verdict.assess)
+        self.classes = classes  # "10 classes: T-shirt, ... Ankle boot": the line under the header
         self.stream = stream if stream is not None else sys.stdout
         self.plain_every_s = plain_every_s
         self.telemetry = telemetry
@@ -85,12 +87,16 @@ class Dashboard:
         if self.mode == "live":
             from rich.live import Live
 
+            if self.classes:  # above the live region: it stays in the scrollback, the screen keeps its rows
+                self.console.print(self.classes, markup=False, highlight=False, no_wrap=True, overflow="crop")
             self._live = Live(console=self.console, get_renderable=self._render_safe, auto_refresh=False,
                               transient=False)
             self._live.start(refresh=True)
             self._last_draw = self._clock()
         elif self.mode == "plain":
             self._write(f"fasttrain: {self.header}")
+            if self.classes:
+                self._write(self.classes)  # 80 columns wide as it comes
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

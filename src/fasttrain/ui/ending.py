@@ -10,6 +10,7 @@ import shlex
 from typing import Any
 
 from fasttrain.core.format import fmt_clock, fmt_number
+from fasttrain.train.setup.plan_view import short_name
 
 LABEL_WIDTH = 16
 
@@ -74,6 +75,51 @@ def _budget(s: dict[str, Any]) -> str | None:
     return head + (f", {fmt_clock(margin)} left" if margin >= 0 else f", over by {fmt_clock(-margin)}")
 
 
+# The width a value of the class rows keeps to: 80 columns less the dashboard's indent and the label.
+CLASS_ROW_WIDTH = 80 - 2 - LABEL_WIDTH - 1
+CONFUSED_ROWS = 3
+
+
+def _worst_classes(s: dict[str, Any]) -> str | None:
+    """The classes that drag acc@1 down, worst first, and the epoch the figures are of: "worst Shirt 61.0%,
+    Pullover 78.0% at best epoch 3"; as many as fit CLASS_ROW_WIDTH. summary.json's per_class is in class order."""
+    classes = s.get("per_class")
+    if not classes:
+        return s.get("per_class_note")
+    scored = sorted((c["accuracy"], i, c["class"]) for i, c in enumerate(classes) if c.get("accuracy") is not None)
+    epoch = s.get("per_class_epoch")
+    when = f" at best epoch {epoch}" if s.get("per_class_basis") == "best" else f" at epoch {epoch} (the last)"
+    if scored and scored[0][0] >= 1:
+        return f"every class {_pct(1.0)}{when}"
+    shown = [f"{short_name(name)} {_pct(acc)}" for acc, _, name in scored[:3] if acc < 1]
+    while len(shown) > 1 and len("worst " + ", ".join(shown) + when) > CLASS_ROW_WIDTH:
+        shown.pop()
+    return "worst " + ", ".join(shown) + when if shown else None
+
+
+def _confused(s: dict[str, Any]) -> list[str]:
+    """The most frequent mistakes, one a line: "Shirt seen as T-shirt: 14 of 120 (12%)"."""
+    images = {c["class"]: c.get("images") for c in s.get("per_class") or []}
+    lines = []
+    for pair in (s.get("confused") or [])[:CONFUSED_ROWS]:
+        of = images.get(pair["true"])
+        tail = f": {pair['count']:,}" + (f" of {of:,}" if of else "") + f" ({pair['share']:.0%})"
+        room = max(8, (CLASS_ROW_WIDTH - len(" seen as ") - len(tail)) // 2)
+        lines.append(f"{short_name(pair['true'], room)} seen as {short_name(pair['predicted'], room)}{tail}")
+    return lines
+
+
+def _init(s: dict[str, Any]) -> str | None:
+    """summary.json's "init" after "started from": "weights pre.pth (100 of 102 tensors loaded)"; None from
+    scratch."""
+    init = s.get("init") or {}
+    if init.get("weights"):
+        counts = f" ({init['loaded']} of {init['of']} tensors loaded)" if init.get("of") else ""
+        return f"weights {init['weights']}{counts}"
+    pretrained = init.get("pretrained")
+    return f"pretrained weights {pretrained}" if pretrained else None
+
+
 def _speed(s: dict[str, Any]) -> str | None:
     rate = s.get("train_images_per_s")
     return None if rate is None else f"{fmt_number(rate)} images/s while training"
@@ -89,8 +135,11 @@ def ending_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("stopped", s.get("stop_message", "").split("\n")[0].removeprefix("fasttrain: ") or None),
         ("epochs", None if epochs is None else f"{epochs}" + (" (stopped early: acc@1 stopped improving)"
                                                                 if s.get("stopped_early") else "")),
+        ("started from", _init(s)),
         ("accuracy", _accuracy(s)),
         ("time to accuracy", _time_to_accuracy(s)),
+        ("class accuracy", _worst_classes(s)),
+        *[("confused" if i == 0 else "", line) for i, line in enumerate(_confused(s))],
         ("loss", None if s.get("final_train_loss") is None else
          f"train {fmt_number(s['final_train_loss'])}, val {fmt_number(s.get('final_val_loss'))}"),
         ("speed", _speed(s)),
@@ -105,9 +154,19 @@ def ending_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("TensorBoard", f"tensorboard --logdir {shlex.quote(str(run) + '/tb')}" if run else None),
         ("train further", f"fasttrain train --resume {quoted} --epochs {2 * epochs}"
          if quoted and epochs and not s.get("resume_command") else None),
-        ("predict", f"fasttrain predict {quoted} --data DIR" if quoted and s.get("model_files") else None),
+        ("predict", _predict(s, quoted) if quoted and s.get("model_files") else None),
     ]
     return [(label, str(value)) for label, value in rows if value]
+
+
+def _predict(s: dict[str, Any], quoted: str) -> str:
+    """The predict command for this run: a competition's submission when its test images and sample submission sit
+    beside the table it trained on (summary's submission_inputs), else images of your own."""
+    found = s.get("submission_inputs")
+    if not found:
+        return f"fasttrain predict {quoted} --data DIR"
+    return (f"fasttrain predict {quoted} --data {shlex.quote(found['test_images'])} --out submission.csv "
+            f"--sample-submission {shlex.quote(found['sample_submission'])}")
 
 
 def ending_lines(s: dict[str, Any]) -> list[str]:

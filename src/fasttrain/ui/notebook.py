@@ -93,6 +93,7 @@ class NotebookDisplay:
                                    measured=spec.measured, input_gain=spec.input_gain)
         self.show = show or ipython_show()
         self.clock = clock
+        self.classes = spec.classes  # the class count and names: the cell's first line
         self.messages: list[str] = []
         self.end: RunEnd | None = None
         self.last_draw: float | None = None
@@ -135,7 +136,8 @@ class NotebookDisplay:
 
         self.last_draw = self.clock()
         try:
-            parts: list[Any] = [Text(line, style="dim") for line in self.messages]
+            parts: list[Any] = [Text(self.classes)] if self.classes else []
+            parts += [Text(line, style="dim") for line in self.messages]
             parts.append(self.dashboard.render())
             if self.end is not None:
                 parts.append(summary_table(self.end.summary))

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fasttrain.train.loop.class_tally import ClassTally
 from fasttrain.train.state.run_state import FitProgress
 
 
@@ -55,6 +56,7 @@ class FitResult:
     sanity: dict[str, Any] | None = None                          # the 2-batch validation before epoch 1
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    classes: ClassTally = field(default_factory=ClassTally)       # the confusion matrices (per-class accuracy)
 
     @property
     def history(self) -> list[dict[str, Any]]:

@@ -161,10 +161,11 @@ class Trainer:
         if stopping:
             raise self.control.interrupted(path, epoch, i + 1, self.engine.schedule.step)
 
-    def validate(self, loader: Iterable[Any], max_batches: int | None = None) -> dict[str, Any]:
-        """Loss, acc@1 and (with 5 or more classes) acc@5 over the validation set; one sync at the end."""
+    def validate(self, loader: Iterable[Any], max_batches: int | None = None, epoch: int = 0) -> dict[str, Any]:
+        """Loss, acc@1, acc@5 over the validation set, one sync at the end; epoch (1-based): its class counts kept."""
+        sink = self._result.classes.at(epoch) if epoch and self._result is not None else None
         return evaluate(self.engine, loader, dist=self.dist, max_batches=max_batches, test_flip=self.options.test_flip,
-                        norms=self.recent)
+                        norms=self.recent, classes_to=sink)
 
     # -- the whole run -------------------------------------------------------------------------------
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None, epochs: int, *,
@@ -249,9 +250,8 @@ class Trainer:
         if loader is None:
             return {}
         skips = skipped_so_far(self.io.bad)
-        row = self.validate(loader)
-        note = validation_note(epoch, row, skipped_so_far(self.io.bad) - skips, self.io.bad)
-        if note:
+        row = self.validate(loader, epoch=epoch + 1)
+        if note := validation_note(epoch, row, skipped_so_far(self.io.bad) - skips, self.io.bad):
             self._warn(note)
         return row
 

@@ -24,7 +24,7 @@ from fasttrain.train.run import opening
 from fasttrain.train.run.export import write_model_files
 from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
                                          run_summary)
-from fasttrain.train.setup.plan_view import must_know, opening_notes, plan_notes
+from fasttrain.train.setup.plan_view import classes_text, must_know, opening_notes, plan_notes, weights_words
 from fasttrain.train.state.run_state import RunExtras
 from fasttrain.train.trial.tune import forecast_for_run
 from fasttrain.train.types import Prepared
@@ -102,8 +102,12 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
     # Ranks other than 0 draw nothing and write nothing: their display talks to a sink.
     out = (stream if stream is not None else (sys.stderr if args.json else sys.stdout)) if main else io.StringIO()
     opening.seed_everything(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = run_model(prep.model_name, prep.bundle.num_classes, pretrained=args.pretrained,  # the API's own object
+    model = run_model(prep.model_name, prep.bundle.num_classes,  # the API's own object; a resume's checkpoint
+                      pretrained=args.pretrained and prep.resume is None,  # holds its weights: none fetched
                       image_size=plan.image_size)
+    if prep.init is not None:  # --weights, matched in prepare; on the CPU, before anything moves the model
+        from fasttrain.models.weights import load_into
+        load_into(model, prep.init)
     train_loader, val_loader, epoch_sampler, batches = opening.open_data(prep, dist)
     run_dir = opening.run_folder(prep, dist)
     if main and tuning:
@@ -121,8 +125,11 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=out, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=not prep.shows_progress,
                             plain=args.json, data_kind=prep.bundle.kind, measured=opening.measured_here(prep),
-                            input_gain=opening.input_gain(prep) if main else None)) as listener:
+                            input_gain=opening.input_gain(prep) if main else None,
+                            classes=classes_text(prep.bundle.num_classes, prep.bundle.class_names))) as listener:
         listener.on_run_start(plan, opening_notes(prep))
+        if weights_words(prep):  # where the starting weights come from (--weights' counts, --pretrained's cache)
+            listener.on_message(f"weights: {weights_words(prep)}")
         if tuning and (args.verbose or "skipped" not in tuning):
             from fasttrain.train.trial.choice import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))

@@ -23,10 +23,13 @@ def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) ->
         bundle, plan = prep.bundle, prep.plan
         meta = {"model": prep.model_name, "num_classes": bundle.num_classes, "class_names": list(bundle.class_names),
                 "image_size": plan.image_size, "mean": list(MEAN), "std": list(STD), "crop_pct": CROP_PCT,
-                "channels_last": plan.channels_last, "from": source.name,
+                "channels_last": plan.channels_last, "from": source.name, "init": summary.get("init"),
                 "test_flip": prep.resolved.profile.augment.validates_mirrored,
                 "epoch": summary.get("best_epoch") if source.name == "best.pt" else summary.get("epochs_run"),
                 "val_acc1": summary.get("best_val_acc1") if source.name == "best.pt" else summary.get("final_val_acc1")}
+        if ":" in prep.model_name:  # a module:callable builder: where its module was imported from, to rebuild it
+            from fasttrain.models.registry import builder_folder
+            meta["module_dir"] = builder_folder(prep.model_name)
         save_trained(run_dir, state, meta)
     except Exception as exc:  # noqa: BLE001 - see docstring
         summary.setdefault("notes", []).append(f"the model files were not written ({type(exc).__name__}: {exc}); "

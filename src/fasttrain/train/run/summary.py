@@ -7,8 +7,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fasttrain.datasets.data_source import submission_inputs
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.train.loop.budget import TimeBudget
+from fasttrain.train.loop.class_tally import class_report
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.types import Prepared
 
@@ -72,10 +74,25 @@ def run_summary(prep: Prepared, result: FitResult | None, run_dir: Path, wall_s:
         "wall_s": wall_s, "fit_s": result.wall_s,
         "checkpoint_last": str(run_dir / "last.pt"),
         "checkpoint_best": str(run_dir / "best.pt") if (run_dir / "best.pt").exists() else None,
-        "milestones": milestones(result.history),
+        "milestones": milestones(result.history), "init": init_record(prep),
+        "submission_inputs": submission_inputs(prep.args.data),  # a competition's test folder and sample
+        # per_class, confused: which classes drag the score (the best epoch's matrix where this process has it)
+        **class_report(result.classes, prep.bundle.class_names, result.best_epoch),
         "sanity_check": result.sanity, "notes": result.notes, "history": result.history,
         "torch": torch.__version__, "seed": prep.args.seed,
     }
+
+
+def init_record(prep: Prepared) -> dict[str, Any]:
+    """Where the starting weights came from: --weights' match, --pretrained's source, or {"weights": None}."""
+    if prep.init is not None:
+        return prep.init.record()
+    if prep.args.weights:  # a resume: loaded when the run began, its checkpoint holds them trained since
+        return {"weights": prep.args.weights, "resumed": True}
+    if prep.args.pretrained:
+        from fasttrain.models.registry import pretrained_source
+        return {"weights": None, "pretrained": pretrained_source(prep.model_name)}
+    return {"weights": None}
 
 
 def budget_report(budget: TimeBudget, source: str, history: list[dict[str, Any]], peak_lr: float) -> dict[str, Any]:

@@ -207,16 +207,21 @@ def explain(result: SearchResult, batch: int, accumulation: int, target: int, wo
     return head + tail
 
 
-# A batch fitted to a small data set leaves the epoch at least this many optimizer steps (or batch 1).
+# A batch fitted to a small data set leaves the epoch at least this many optimizer steps (or the smallest batch).
 MIN_STEPS_PER_EPOCH = 4
+# The smallest batch a fit halves to: batch norm in training mode cannot normalise one value per channel (resnet18's
+# last stage at 32 px is 1x1), so a batch of 1 stops the first step with a ValueError.
+MIN_FITTED_BATCH = 2
 
 
 def fitted_to_data(batch: int, train_size: int, world_size: int = 1) -> int | None:
     """The preset's batch halved until the training samples hold MIN_STEPS_PER_EPOCH full batches per process (or
-    the batch is 1); None when even batch 1 finds no sample per process. Pure."""
+    the batch is MIN_FITTED_BATCH, or 1 when a process has a single sample); None when no process has a sample.
+    Pure."""
     share = train_size // max(world_size, 1)
     if share < 1:
         return None
-    while batch > 1 and share // batch < MIN_STEPS_PER_EPOCH:
-        batch //= 2
+    floor = MIN_FITTED_BATCH if share >= MIN_FITTED_BATCH else 1
+    while batch > floor and share // batch < MIN_STEPS_PER_EPOCH:
+        batch = max(floor, batch // 2)
     return batch

@@ -3,9 +3,12 @@ in words, where the profile came from, the data and the model, and what the tuni
 Rendering only: every figure comes from the Plan and the prepared run."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fasttrain.train.types import Prepared
+
+NAME_WIDTH = 20  # a class name on a one-line list is cut to this many characters
 
 
 def plan_view(prep: Prepared) -> dict[str, Any]:
@@ -13,10 +16,11 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
     p = prep.plan
     return {
         "profile": prep.profile_ref, "profile_reason": prep.profile_reason, "sources": prep.resolved.chain,
-        "model": prep.model_name,
+        "model": prep.model_name, "weights": weights_words(prep),
         "data": {"spec": prep.args.data, "kind": prep.bundle.kind, "source": str(prep.bundle.source),
                  "num_classes": prep.bundle.num_classes, "train_size": prep.bundle.train_size,
                  "val_size": prep.bundle.val_size},
+        "classes": {"count": prep.bundle.num_classes, "names": list(prep.bundle.class_names)},
         "epochs": prep.resolved.profile.optim.epochs,
         "optimizer": prep.resolved.profile.optim.optimizer, "schedule": prep.resolved.profile.optim.schedule,
         "base_batch": prep.resolved.profile.optim.base_batch,
@@ -25,6 +29,45 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "tuning": _tuning_view(prep),
         "notes": plan_notes(prep),
     }
+
+
+def weights_words(prep: Prepared) -> str | None:
+    """Where the run's starting weights come from, or None from scratch: --weights' match in words, the
+    --pretrained source (the hub id and its cache), or the file of a resumed run's start."""
+    if prep.init is not None:
+        return prep.init.line()
+    if prep.args.weights:
+        return f"{prep.args.weights} (loaded when the run began; the checkpoint holds them since)"
+    if prep.args.pretrained:
+        from fasttrain.models.registry import pretrained_source
+        return f"pretrained: {pretrained_source(prep.model_name)}"
+    return None
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A class name on one line of at most `width` characters (control characters as spaces). Pure."""
+    name = "".join(ch if ch.isprintable() else " " for ch in str(name))
+    return name if len(name) <= width else name[:max(1, width - 3)] + "..."
+
+
+def classes_text(count: int, names: Sequence[str], width: int = 80) -> str:
+    """`10 classes: T-shirt, Trouser, Pullover, ... Ankle boot` in at most `width` characters: every name when all
+    fit, else the first ones that fit and the last; the count alone without names (synthetic data). Pure."""
+    from fasttrain.core.format import plural
+    head = plural(count, "class", "classes")
+    if not names:
+        return head
+    whole = f"{head}: " + ", ".join(short_name(n) for n in names[:width])  # more than `width` names never fit
+    if len(names) <= width and len(whole) <= width:
+        return whole
+    last, first = short_name(names[-1]), []
+    for name in names[:-1]:
+        if len(f"{head}: " + ", ".join([*first, short_name(name)]) + f", ... {last}") > width:
+            break
+        first.append(short_name(name))
+    if first:
+        return f"{head}: " + ", ".join(first) + f", ... {last}"
+    return head if len(f"{head}: ... {last}") > width else f"{head}: ... {last}"
 
 
 def recipe_words(prep: Prepared) -> str:
@@ -124,8 +167,11 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f", pin_memory={p['pin_memory']}",
         f"data         {d['spec']} ({d['kind']}): {d['train_size']:,} train / {d['val_size']:,} val, "
         f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
+        *([f"classes      {classes_text(view['classes']['count'], view['classes']['names'], 80 - 13)}"]
+          if view.get("classes", {}).get("names") else []),
         f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
         f"model        {view['model']}",
+        *([f"weights      {view['weights']}"] if view.get("weights") else []),
         f"tuning       {view['tuning']['line']}",
     ]
     lines += [f"note         {n}" for n in view["notes"]]

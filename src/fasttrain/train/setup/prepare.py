@@ -15,6 +15,7 @@ from pathlib import Path
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.bundle import DataBundle
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.models.weights import WeightsMatch
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles import presets
 from fasttrain.profiles.presets import Resolved
@@ -58,20 +59,42 @@ def prepare(given: TrainArgs) -> Prepared:
     resolved, budget_note = _budget_schedule(args, resolved)
     bundle = _open_data(args, resolved, report)
     model_name = args.model or _default_model(args.data, bundle.kind)
+    from fasttrain.models.given_model import seed_builds
+    seed_builds(args.seed)  # a module:callable builder, called once from here on, initialises with the run's seed
     from fasttrain.models.registry import check_model_input
     check_model_input(model_name, resolved.profile.loader.image_size, bundle.num_classes)  # on meta: no memory
+    init = _check_weights(args, resume, model_name, bundle.num_classes, resolved.profile.loader.image_size)
+    from fasttrain.train.setup.finetune import fine_tune  # a resume keeps --weights/--pretrained: the same LR
+    resolved, tune_note = fine_tune(resolved, args.weights or (f"{model_name}'s pretrained weights"
+                                                               if args.pretrained else None))
     resolved, report, plan = _plan_run(args, resolved, report, bundle, model_name, world, resume,
-                                       [*data_notes, *([budget_note] if budget_note else [])])
+                                       [*data_notes, *(n for n in (budget_note, tune_note) if n)])
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
     if resume is not None:
         from fasttrain.train.state.resume import check_resumable
         check_resumable(resume, plan, resolved.profile.optim.epochs)
-    prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume, world)
+    prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume, world, init=init)
     from fasttrain.train.trial.choice import apply_cached
     plan, cached = apply_cached(prep)
     return replace(prep, plan=plan, tuning=cached)
+
+
+def _check_weights(args: TrainArgs, resume: Resume | None, model_name: str, num_classes: int,
+                   image_size: int) -> WeightsMatch | None:
+    """--weights matched to the model on the meta device (models/weights.py); None without it, and on a resume,
+    whose checkpoint holds the trained weights (the file is not read again: it may have moved since)."""
+    if args.pretrained and resume is None:
+        from fasttrain.models.pretrained import check_pretrained
+        check_pretrained(model_name)  # a model without published weights fails before the run, dry run too
+    if not args.weights or resume is not None:
+        return None
+    if args.pretrained:
+        raise UserError([Problem("--weights", "and --pretrained both give the starting weights",
+                                 "keep one: --weights FILE or --pretrained", args.weights)])
+    from fasttrain.models.weights import check_weights
+    return check_weights(args.weights, model_name, num_classes, image_size)
 
 
 def _budget_schedule(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str | None]:
@@ -96,12 +119,20 @@ def _budget_schedule(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, str
 
 
 def _check_data(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, list[str]]:
-    """Flips and the crop's scale measured against the data of an image folder (datasets/augment_check.py, the
-    same check `estimate --data` runs) -> (the profile, the plan's notes)."""
-    if args.data in DEFAULT_MODELS or ":" in args.data or not Path(args.data).is_dir():
+    """What the data are (a labels table's columns and classes, class folders that look like splits:
+    datasets/data_source.py), then flips and the crop's scale measured against the images of a folder or a table
+    (datasets/augment_check.py, the same check `estimate --data` runs) -> (the profile, the plan's notes)."""
+    if args.data in DEFAULT_MODELS:
         return resolved, []
+    from fasttrain.datasets.data_source import data_notes, table_of
+    from fasttrain.datasets.image_folder import VAL_FRACTION
+    notes = data_notes(args.data, resolved.profile.data, seed=args.seed, val_fraction=VAL_FRACTION)
+    path = Path(args.data)
+    if ":" in args.data or not path.is_dir() and table_of(path) is None:
+        return resolved, notes
     from fasttrain.datasets.augment_check import check_augment
-    return check_augment(Path(args.data), resolved, args.seed)
+    resolved, checked = check_augment(path, resolved, args.seed)
+    return resolved, [*notes, *checked]
 
 
 def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> DataBundle:
@@ -110,10 +141,10 @@ def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> D
     profile = resolved.profile
     bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
                             seed=args.seed, strict=args.strict_data, num_classes=args.num_classes,
-                            decode=decode_budget(profile, report))
+                            decode=decode_budget(profile, report), table=profile.data)
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
-        raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} class folders",
-                                 "drop --num-classes for image folders", args.num_classes)])
+        raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} classes",
+                                 "drop --num-classes for image folders and labels tables", args.num_classes)])
     return bundle
 
 

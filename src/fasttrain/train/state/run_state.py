@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 # The fields of TrainArgs a checkpoint keeps (its "args" entry), so `--resume` without them repeats the run.
-RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "seed", "image_size", "num_classes",
-                  "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size", "time_budget",
+RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "weights", "seed", "image_size",
+                  "num_classes", "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size", "time_budget",
                   "deadline", "max_cost")
 
 
