@@ -123,7 +123,7 @@ def report(results: dict[str, list[list[dict[str, float]]]], epochs: int) -> Non
         ratios = [scratch[i][-1]["elapsed_s"] / t for i, t in enumerate(to_target)]
         print(f"{name:<12} " + " ".join(f"{c:>16}" for c in cells)
               + f" {statistics.median(to_target):16.1f}s {statistics.median(ratios):8.2f}x"
-              + "  (" + ", ".join(f"{x:.2f}" for x in ratios) + ")")
+              + "  (" + ", ".join(f"{x:.2f}" if x else "never" for x in ratios) + ")")  # never: 0x, a loss
 
 
 if __name__ == "__main__":
