@@ -59,7 +59,7 @@ def loader_inputs(data: str, report: HardwareReport, prof: Profile, batch_size: 
     from fasttrain.datasets.build import build_datasets
     from fasttrain.plan import make_plan
 
-    bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0)
+    bundle = build_datasets(data, image_size=prof.loader.image_size, augment=prof.augment, seed=0, table=prof.data)
     if bundle.kind != "images":
         raise UserError([Problem("--data", "bench loader measures image folders", "use shapes or a directory",
                                  data)])

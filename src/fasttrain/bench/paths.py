@@ -116,8 +116,8 @@ def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_
     sample = even_sample(pool, images) if pool else None
     skipped = []
     if sample is None:
-        skipped.append({"name": BASELINE, "status": "not measured", "reason": "the prepared set's source folder "
-                        "is not here: nothing to compare the shards with"})
+        skipped.append({"name": BASELINE, "status": "not measured", "reason": "the prepared set's source (folder "
+                        "or labels table) is not here or does not read: nothing to compare the shards with"})
     import torch
 
     gpu = torch.device("cuda") if torch.cuda.is_available() else None
@@ -145,7 +145,7 @@ def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_
 
 def _source_samples(bundle: DataBundle, data: str) -> tuple[str, list[str], list[tuple[str, int]]]:
     """(source folder, classes, training (path, class) pairs) behind the bundle; for a prepared set its recorded
-    source when that folder is still here, else no samples."""
+    source (a folder or a labels table) when it is still here, else no samples."""
     from pathlib import Path
 
     from fasttrain.datasets.shards import ShardImages, load_manifest
@@ -153,12 +153,17 @@ def _source_samples(bundle: DataBundle, data: str) -> tuple[str, list[str], list
     if isinstance(bundle.train, ShardImages):
         manifest = load_manifest(Path(data))
         src = Path(manifest["source"])
-        if not src.is_dir():
+        if not src.exists():  # the folder or labels table it was prepared from
             return manifest["source"], manifest["classes"], []
-        from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
+        from fasttrain.core.errors import UserError
+        from fasttrain.datasets.data_source import find_samples
+        from fasttrain.datasets.image_folder import VAL_FRACTION
         from fasttrain.datasets.prepare_plan import SPLIT_SEED
 
-        classes, train, _ = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
+        try:  # a table prepared with `--set data.*` may not read with the defaults: compare the shards alone
+            classes, train, _ = find_samples(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
+        except UserError:
+            return manifest["source"], manifest["classes"], []
         return str(src), classes, train
     root = bundle.train.samples[0][0] if bundle.train.samples else data
     return _common_root([p for p, _ in bundle.train.samples]) or root, bundle.class_names, list(bundle.train.samples)

@@ -168,7 +168,7 @@ def batch_cmd(
 # -- bench loader --------------------------------------------------------------------------------------------
 @bench_app.command("loader")
 def loader_cmd(
-    data: str = typer.Option("shapes", "--data", help="shapes (built-in) or an ImageFolder directory."),
+    data: str = typer.Option("shapes", "--data", help="shapes (built-in), an ImageFolder directory or a labels table (train.csv)."),
     profile: Optional[str] = options.profile_option(),
     sets: Optional[list[str]] = options.set_option(),
     image_size: Optional[int] = options.image_size_option(),

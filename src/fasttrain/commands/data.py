@@ -20,7 +20,8 @@ from fasttrain.core.errors import Problem, UserError
 if TYPE_CHECKING:
     from fasttrain.datasets.prepare import Outcome
 
-SRC_FIX = "give an image folder: train/ and val/ with a sub-folder per class, or one tree of class sub-folders"
+SRC_FIX = ("give an image folder (train/ and val/ with a sub-folder per class, or one tree of class sub-folders) "
+           "or a labels table (train.csv beside its images)")
 
 data_app = typer.Typer(help="Prepare data sets: pack an image folder into resized WebDataset shards that load "
                             "several times faster.", no_args_is_help=True)
@@ -33,7 +34,8 @@ def register(app: typer.Typer) -> None:
 
 @data_app.command("prepare")
 def prepare_cmd(
-    src: Path = typer.Argument(..., metavar="SRC", help="ImageFolder tree: train/ and val/, or one tree of classes."),
+    src: Path = typer.Argument(..., metavar="SRC", help="ImageFolder tree (train/ and val/, or one tree of classes) "
+                                                        "or a labels table (train.csv)."),
     out: Path = typer.Option(..., "--out", "-o", metavar="DST", help="Folder for the shards and manifest.json."),
     image_size: int = typer.Option(224, "--image-size", min=8, max=16384,
                                    help="Largest training crop this set will serve."),
@@ -42,6 +44,9 @@ def prepare_cmd(
     shard_size: int = typer.Option(1000, "--shard-size", min=1, max=1_000_000, help="Images per tar shard."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, max=1024,
                                           help="Processes (default: one per core)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                             help="A labels table's data.image_column, data.label_column or "
+                                                  "data.images_dir, as train takes them (repeatable)."),
     as_json: bool = options.json_option(),
 ) -> None:
     """Convert SRC into WebDataset tar shards in DST, images resized once (short side = scale x image size), with
@@ -52,10 +57,11 @@ def prepare_cmd(
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
         raise UserError([Problem("--out", "DST must not lie inside SRC (the shards would become source images)",
                                  "choose a folder outside the source tree", str(out))])
+    spec = _data_spec(sets)
     show = _progress(quiet=as_json)
     try:
         outcome = prepare(src, out, image_size=image_size, scale=scale, shard_size=shard_size, workers=workers,
-                          progress=show)
+                          progress=show, spec=spec)
     except UserError as exc:  # the folder checks are train's and name its --data; here the folder is SRC
         show.stop()
         raise UserError([dataclasses.replace(p, where="SRC", fix=SRC_FIX) if p.where.startswith("--data") else p
@@ -73,6 +79,19 @@ def prepare_cmd(
         print_json(result)
         return
     render(result)
+
+
+def _data_spec(sets: list[str] | None) -> Any:
+    """The profile's data: section with `--set data.*` applied (a labels table's columns and folder); None when
+    nothing is set. Other keys are train's, not this command's: refused."""
+    if not sets:
+        return None
+    other = next((s for s in sets if not s.strip().startswith("data.")), None)
+    if other is not None:
+        raise UserError([Problem("--set", "data prepare takes only the data.* keys (a labels table's columns and "
+                                 "folder)", "set the others on train", other)])
+    from fasttrain.profiles.presets import resolve
+    return resolve("cpu", sets=sets).profile.data
 
 
 def summary(outcome: Outcome, out: Path) -> dict[str, Any]:

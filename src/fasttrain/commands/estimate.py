@@ -32,8 +32,9 @@ def estimate_cmd(
     image_size: Optional[int] = options.image_size_option(),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size",
                                                help="Training samples (default: ImageNet-1k, 1,281,167)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Image folder or prepared set (fasttrain data prepare): "
-                                                             "counts the images and measures decode speed."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Image folder, labels table (train.csv) or prepared set "
+                                                             "(fasttrain data prepare): counts the images and "
+                                                             "measures decode speed."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
     num_classes: int = typer.Option(1000, "--num-classes", help="Classifier outputs."),

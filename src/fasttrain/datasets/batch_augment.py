@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from fasttrain.datasets.transforms import CROP_PCT, MEAN, STD
+from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,25 +148,25 @@ def flip_some(images: Tensor, chosen: Tensor) -> Tensor:
     return images
 
 
-def normalise(images: Tensor) -> Tensor:
-    """0-255 floats -> the ImageNet-normalised floats transforms.py produces, in place."""
+def normalise(images: Tensor, norm: Norm = IMAGENET) -> Tensor:
+    """0-255 floats -> the floats transforms.py produces with the run's (mean, std) `norm`, in place."""
     import torch
 
-    mean = torch.tensor(MEAN, dtype=images.dtype).view(1, 3, 1, 1) * 255
-    inv_std = 1 / (torch.tensor(STD, dtype=images.dtype).view(1, 3, 1, 1) * 255)
+    mean = torch.tensor(norm[0], dtype=images.dtype).view(1, 3, 1, 1) * 255
+    inv_std = 1 / (torch.tensor(norm[1], dtype=images.dtype).view(1, 3, 1, 1) * 255)
     return images.sub_(mean).mul_(inv_std)
 
 
 def train_batch(pixels: Tensor, sizes: Tensor, image_size: int, scale: tuple[float, float], hflip: float,
-                keys: np.ndarray) -> Tensor:
+                keys: np.ndarray, norm: Norm = IMAGENET) -> Tensor:
     """RandomResizedCrop(image_size, scale) + RandomHorizontalFlip(hflip) + normalisation of a batch; `keys`:
     each image's sample_keys."""
     draws = uniforms(keys)
     boxes = random_crop_boxes(sizes, scale, draws)
     flips = draws[:, 2 * ATTEMPTS + 2] < hflip if hflip > 0 else None
-    return normalise(crop_resize(pixels, boxes, image_size, flips))
+    return normalise(crop_resize(pixels, boxes, image_size, flips), norm)
 
 
-def val_batch(pixels: Tensor, sizes: Tensor, image_size: int) -> Tensor:
+def val_batch(pixels: Tensor, sizes: Tensor, image_size: int, norm: Norm = IMAGENET) -> Tensor:
     """The validation transform of a batch: resize + centre crop + normalisation."""
-    return normalise(crop_resize(pixels, centre_crop_boxes(sizes, image_size), image_size))
+    return normalise(crop_resize(pixels, centre_crop_boxes(sizes, image_size), image_size), norm)

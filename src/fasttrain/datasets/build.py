@@ -16,6 +16,7 @@ from fasttrain.core.paths import expand_user
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget
 from fasttrain.datasets.image_folder import VAL_FRACTION, Samples
+from fasttrain.datasets.transforms import IMAGENET, Norm
 from fasttrain.profiles.schema import AugmentSpec, DataSpec
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
@@ -58,11 +59,13 @@ class ImageFiles:
 
 def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: int = 0,
                    val_fraction: float = VAL_FRACTION, strict: bool = False, num_classes: int | None = None,
-                   decode: DecodeBudget | None = None, table: DataSpec | None = None) -> DataBundle:
+                   decode: DecodeBudget | None = None, table: DataSpec | None = None,
+                   norm: Norm = IMAGENET) -> DataBundle:
     """`spec`: "shapes" (built-in, generated and cached), "synthetic" (tensors made on the device),
     a directory (ImageFolder tree), a labels table (train.csv beside its images: datasets/data_source.py, with
     `table` saying its columns), or "module:callable" returning (train, val) or (train, val, num_classes).
-    `decode`: image folders that fit it are decoded once into RAM (datasets/decoded.py); None: never."""
+    `decode`: image folders that fit it are decoded once into RAM (datasets/decoded.py); None: never.
+    `norm`: the (mean, std) image files are normalised with (ImageNet's, or pretrained weights' own)."""
     from fasttrain.datasets.sampler import check_seed
     check_seed(seed)  # numpy's default_rng refuses negatives, torch overflows: refuse before any of them sees it
     if not spec or not spec.strip():
@@ -72,14 +75,15 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
         raise UserError([Problem("--data", "the data spec contains a NUL byte",
                                  "use shapes, synthetic, a directory or module:callable", spec)])
     if is_given(spec):  # a (train, val) pair or a DataFrame handed to the Python API (core/given.py)
-        return _given_bundle(spec, num_classes, image_size, augment, seed, val_fraction, strict, decode, table)
+        return _given_bundle(spec, num_classes, image_size, augment, seed, val_fraction, strict, decode, table,
+                             norm)
     if spec == "shapes":
         from fasttrain.datasets.image_folder import find_splits
         from fasttrain.datasets.shapes import ensure_shapes
 
         # The set itself is fixed (data seed 0); `seed` still drives the split, order and augmentation.
         samples = find_splits(ensure_shapes(seed=0), seed=seed, val_fraction=val_fraction)
-        return _image_bundle(samples, "shapes", image_size, augment, strict, decode)
+        return _image_bundle(samples, "shapes", image_size, augment, strict, decode, norm)
     if spec == "synthetic":
         return DataBundle(train=None, val=None, num_classes=num_classes or SYNTHETIC_NUM_CLASSES,
                           class_names=[], kind="synthetic", source="synthetic",
@@ -89,12 +93,12 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
     from fasttrain.datasets.shards import is_prepared, shard_bundle
 
     if path.is_dir() and is_prepared(path):
-        return shard_bundle(path, spec, image_size, augment, strict)
+        return shard_bundle(path, spec, image_size, augment, strict, norm)
     if path.exists() or "/" in spec or spec.startswith("."):
         from fasttrain.datasets.data_source import find_samples
 
         samples = find_samples(path, seed=seed, val_fraction=val_fraction, spec=table)
-        return _image_bundle(samples, spec, image_size, augment, strict, decode)
+        return _image_bundle(samples, spec, image_size, augment, strict, decode, norm)
     if ":" in spec:
         from fasttrain.datasets.custom import custom_bundle
 
@@ -106,7 +110,7 @@ def build_datasets(spec: str, *, image_size: int, augment: AugmentSpec, seed: in
 
 def _given_bundle(spec: str, num_classes: int | None, image_size: int, augment: AugmentSpec, seed: int,
                   val_fraction: float, strict: bool, decode: DecodeBudget | None,
-                  table: DataSpec | None) -> DataBundle:
+                  table: DataSpec | None, norm: Norm) -> DataBundle:
     """What the Python API handed over: a DataFrame of image paths and labels (relative to the current folder,
     or to data.images_dir), or a (train, val) pair of datasets."""
     from fasttrain.datasets.labels_table import is_frame_like
@@ -116,14 +120,14 @@ def _given_bundle(spec: str, num_classes: int | None, image_size: int, augment: 
         from fasttrain.datasets.data_source import frame_data
 
         data = frame_data(given, table or DataSpec(), seed=seed, val_fraction=val_fraction)
-        return _image_bundle((data.classes, data.train, data.val), spec, image_size, augment, strict, decode)
+        return _image_bundle((data.classes, data.train, data.val), spec, image_size, augment, strict, decode, norm)
     from fasttrain.datasets.custom import datasets_bundle
 
     return datasets_bundle(given, spec, num_classes, said="the given (train, val) pair's")  # type: ignore[arg-type]
 
 
 def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, image_size: int, augment: AugmentSpec,
-                  strict: bool, decode: DecodeBudget | None) -> DataBundle:
+                  strict: bool, decode: DecodeBudget | None, norm: Norm = IMAGENET) -> DataBundle:
     """Image files as a bundle: decoded once into RAM when they fit `decode`, else the fast JPEG path or PIL."""
     class_names, train_samples, val_samples = samples
     train: Any = None
@@ -132,7 +136,7 @@ def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, imag
     if decode is not None:
         from fasttrain.datasets.decoded import IN_MEMORY, decode_splits
 
-        decoded = decode_splits(train_samples, val_samples, image_size, augment, decode)
+        decoded = decode_splits(train_samples, val_samples, image_size, augment, decode, norm)
         if isinstance(decoded, str):
             note = f"images decoded per epoch by loader workers: {decoded}"
         else:
@@ -144,11 +148,11 @@ def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, imag
 
         # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
         files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
-        train = files(train_samples, train_transform(augment, image_size))
-        val = files(val_samples, val_transform(image_size))
+        train = files(train_samples, train_transform(augment, image_size, norm))
+        val = files(val_samples, val_transform(image_size, norm=norm))
     return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
                       source=source, train_size=len(train), val_size=len(val), strict=strict, in_memory=in_memory,
-                      input_note=note)
+                      input_note=note, norm=norm)
 
 
 class SyntheticBatches:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fasttrain.datasets.transforms import IMAGENET, Norm
+
 
 @dataclass
 class BadSample:
@@ -47,6 +49,8 @@ class DataBundle:
     in_memory: str | None = None
     # How the images reach the step, for the plan's notes (decoded once into RAM, or why not); None: nothing to say.
     input_note: str | None = None
+    # The (mean, std) the images are normalised with (transforms.Norm): model.json records it for predict.
+    norm: Norm = IMAGENET
 
     @property
     def decoded_in_ram(self) -> bool:

@@ -26,6 +26,7 @@ from fasttrain.core.errors import UserError
 from fasttrain.datasets.decoded_images import DecodedImages
 from fasttrain.datasets.fast_decode import DECODE_ERRORS
 from fasttrain.datasets.pixel_cache import CACHE_SUBDIR, cache_key, load_pixels
+from fasttrain.datasets.transforms import IMAGENET, Norm
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import AugmentSpec, Profile
 
@@ -119,7 +120,7 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
 
 
 def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: AugmentSpec | None, ram_bytes: int,
-                 budget: DecodeBudget) -> DecodedImages | str:
+                 budget: DecodeBudget, norm: Norm = IMAGENET) -> DecodedImages | str:
     """The files as a DecodedImages (their saved pixels when the cache has them), or why they do not fit."""
     key = cache_key(samples) if budget.cache_dir is not None else None
     if key and augment is None:  # validation keeps its pixels at the crop (DecodedImages): their own file
@@ -133,24 +134,25 @@ def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: Augme
         why = fit_reason(len(samples), int(pixels.shape[2]), int(pixels.shape[3]), image_size, ram_bytes)
         if why is not None:
             return why
-        return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, pixels=pixels)
+        return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, pixels=pixels,
+                             norm=norm)
     scanned = read_sizes(samples, image_size, ram_bytes)
     if isinstance(scanned, str):
         return scanned
     sizes, bad = scanned
-    return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads)
+    return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, norm=norm)
 
 
 def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], image_size: int, augment: AugmentSpec,
-                  budget: DecodeBudget) -> tuple[DecodedImages, DecodedImages, str] | str:
+                  budget: DecodeBudget, norm: Norm = IMAGENET) -> tuple[DecodedImages, DecodedImages, str] | str:
     """(train, val, what happens in words) held decoded in RAM, or why the per-image path stays."""
     per_image = per_image_reason(augment)
     if per_image is not None:
         return per_image
-    train_set = open_decoded(train, image_size, augment, budget.ram_bytes, budget)
+    train_set = open_decoded(train, image_size, augment, budget.ram_bytes, budget, norm)
     if isinstance(train_set, str):
         return train_set
-    val_set = open_decoded(val, image_size, None, budget.ram_bytes - train_set.nbytes, budget)
+    val_set = open_decoded(val, image_size, None, budget.ram_bytes - train_set.nbytes, budget, norm)
     if isinstance(val_set, str):
         return val_set
     from fasttrain.core.format import fmt_bytes
@@ -164,8 +166,10 @@ def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], imag
 
 def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[bool, str]:
     """(whether `train --data root` decodes the images once into RAM on this machine, what it does in words),
-    reading file headers only (doctor, estimate)."""
-    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
+    reading file headers only (doctor, estimate); `root` an image folder or a labels table (datasets/data_source.py,
+    its columns as the profile's data: spec says)."""
+    from fasttrain.datasets.data_source import find_samples
+    from fasttrain.datasets.image_folder import VAL_FRACTION
 
     per_epoch = "train decodes every image each epoch in loader workers"
     budget = decode_budget(profile, report)
@@ -175,7 +179,8 @@ def would_decode(root: Path, profile: Profile, report: HardwareReport) -> tuple[
     why = per_image_reason(profile.augment)
     if why is not None:
         return False, f"{per_epoch}: {why}"
-    _, train, val = find_splits(root, seed=0, val_fraction=VAL_FRACTION)  # the union is the same for every seed
+    # a folder or a labels table, as train reads it; the union of the splits is the same for every seed
+    _, train, val = find_samples(root, seed=0, val_fraction=VAL_FRACTION, spec=profile.data)
     sized = read_sizes(train + val, profile.loader.image_size, budget.ram_bytes)
     if isinstance(sized, str):
         return False, f"{per_epoch}: {sized}"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fasttrain.datasets.fast_decode import DECODE_ERRORS, decode
 from fasttrain.datasets.inference import val_pixels
 from fasttrain.datasets.pixel_cache import save_pixels
-from fasttrain.datasets.transforms import CROP_PCT
+from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm
 from fasttrain.profiles.schema import AugmentSpec
 
 if TYPE_CHECKING:
@@ -43,14 +43,16 @@ class DecodedImages:
 
     def __init__(self, samples: list[tuple[str, int]], sizes: Tensor, bad: dict[int, str], image_size: int,
                  augment: AugmentSpec | None, cache_file: Path | None = None, threads: int = 1,
-                 pixels: Tensor | None = None):
-        """`pixels`: a saved set (load_pixels), every image already decoded; None: decode on first use."""
+                 pixels: Tensor | None = None, norm: Norm = IMAGENET):
+        """`pixels`: a saved set (load_pixels), every image already decoded; None: decode on first use.
+        `norm`: the run's (mean, std), applied to each batch (the pixels are kept as uint8)."""
         import torch
 
         self.samples = samples
         self.targets = [t for _, t in samples]
         self.image_size = image_size
         self.augment = augment
+        self.norm = norm
         self.cache_file = cache_file
         self.threads = max(1, threads)
         self.sizes = sizes
@@ -87,11 +89,11 @@ class DecodedImages:
         keep = torch.tensor([indices[k] for k in kept], dtype=torch.long)
         pixels, sizes = self.pixels[keep], self.sizes[keep]
         if self.augment is None:
-            images = batch_augment.normalise(pixels.float())
+            images = batch_augment.normalise(pixels.float(), self.norm)
         else:
             images = batch_augment.train_batch(pixels, sizes, self.image_size,
                                                tuple(self.augment.random_resized_crop_scale),
-                                               self.augment.hflip, keys[kept])
+                                               self.augment.hflip, keys[kept], self.norm)
         return images, self._targets[keep], bad
 
     def ensure(self, indices: list[int]) -> None:

@@ -37,6 +37,8 @@ from fasttrain.datasets.shards import FORMAT, MANIFEST, manifest_checksum
 if TYPE_CHECKING:
     from types import FrameType
 
+    from fasttrain.profiles.schema import DataSpec
+
 
 @dataclass
 class Outcome:
@@ -62,11 +64,12 @@ def finished_part(dst: Path, job: Job) -> dict[str, Any] | None:
 
 
 def prepare(src: Path, dst: Path, *, image_size: int, scale: float = 1.15, shard_size: int = 1000,
-            workers: int | None = None, progress: ProgressFn | None = None) -> Outcome:
-    """Prepare SRC into DST (see the module docstring). Raises KeyboardInterrupt on SIGINT/SIGTERM after
-    stopping the workers; finished shards stay and a rerun resumes."""
+            workers: int | None = None, progress: ProgressFn | None = None, spec: DataSpec | None = None) -> Outcome:
+    """Prepare SRC into DST (see the module docstring); `spec`: a labels table's columns and folder (None: found
+    by themselves). Raises KeyboardInterrupt on SIGINT/SIGTERM after stopping the workers; finished shards stay
+    and a rerun resumes."""
     started = time.perf_counter()
-    return run_plan(make_plan(src, image_size, scale, shard_size), dst, workers=workers, progress=progress,
+    return run_plan(make_plan(src, image_size, scale, shard_size, spec), dst, workers=workers, progress=progress,
                     started=started)
 
 

@@ -9,9 +9,13 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.shards import FORMAT, MANIFEST
+
+if TYPE_CHECKING:
+    from fasttrain.profiles.schema import DataSpec
 
 STATE_DIR = ".prepare"
 JPEG_QUALITY = 90
@@ -41,11 +45,13 @@ def short_side_for(image_size: int, scale: float) -> int:
     return max(image_size, math.ceil(image_size * scale))
 
 
-def make_plan(src: Path, image_size: int, scale: float, shard_size: int) -> PreparePlan:
-    """The jobs for SRC: its split as `train --seed 0` sees it, cut into shards."""
-    from fasttrain.datasets.image_folder import VAL_FRACTION, find_splits
+def make_plan(src: Path, image_size: int, scale: float, shard_size: int, spec: DataSpec | None = None) -> PreparePlan:
+    """The jobs for SRC (an image folder, or a labels table read with `spec`'s columns and folder): its classes and
+    split as `train --seed 0` sees it, cut into shards."""
+    from fasttrain.datasets.data_source import find_samples
+    from fasttrain.datasets.image_folder import VAL_FRACTION
 
-    classes, train, val = find_splits(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION)
+    classes, train, val = find_samples(src, seed=SPLIT_SEED, val_fraction=VAL_FRACTION, spec=spec)
     return plan_from_splits(src, classes, train, val, image_size=image_size, scale=scale, shard_size=shard_size)
 
 

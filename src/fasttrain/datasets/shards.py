@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.fast_decode import EncodedImages
+from fasttrain.datasets.transforms import IMAGENET, Norm
 
 if TYPE_CHECKING:
     from fasttrain.datasets.bundle import DataBundle
@@ -107,7 +108,8 @@ class ShardImages(EncodedImages):
         return state
 
 
-def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, strict: bool) -> DataBundle:
+def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec, strict: bool,
+                 norm: Norm = IMAGENET) -> DataBundle:
     """The DataBundle of a prepared set: classes and split as the manifest records them."""
     from fasttrain.datasets.bundle import DataBundle
     from fasttrain.datasets.transforms import train_transform, val_transform
@@ -126,11 +128,11 @@ def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec,
                                  "it again with a larger --image-size")])
     classes = manifest["classes"]
     try:
-        train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size))
-        val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size))
+        train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size, norm))
+        val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size, norm=norm))
     except (tarfile.TarError, OSError, ValueError, KeyError) as exc:  # a shard cut short or overwritten
         first = (str(exc).splitlines() or [""])[0]
         raise UserError([Problem("--data", f"{root}: a shard cannot be read ({type(exc).__name__}: {first})",
                                  "rerun fasttrain data prepare into a new --out")]) from exc
     return DataBundle(train=train, val=val, num_classes=len(classes), class_names=classes, kind="images",
-                      source=source, train_size=len(train), val_size=len(val), strict=strict)
+                      source=source, train_size=len(train), val_size=len(val), strict=strict, norm=norm)

@@ -20,11 +20,14 @@ Out = TypeVar("Out")  # what the transform makes of it
 # ImageNet statistics: the convention timm and torchvision models are built around.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
+# A run's normalisation, (mean, std) per RGB channel: ImageNet's, or the pretrained weights' own (a ViT's 0.5s).
+Norm = tuple[tuple[float, ...], tuple[float, ...]]
+IMAGENET: Norm = (MEAN, STD)
 # Validation resizes to image_size / CROP_PCT then centre-crops image_size (timm's default 0.875).
 CROP_PCT = 0.875
 
 
-def train_transform(augment: AugmentSpec, image_size: int) -> Compose:
+def train_transform(augment: AugmentSpec, image_size: int, norm: Norm = IMAGENET) -> Compose:
     from torchvision.transforms import v2
 
     steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=tuple(augment.random_resized_crop_scale),
@@ -37,17 +40,17 @@ def train_transform(augment: AugmentSpec, image_size: int) -> Compose:
     if augment.color_jitter > 0:
         j = augment.color_jitter
         steps.append(v2.ColorJitter(brightness=j, contrast=j, saturation=j))
-    steps += _to_normalised_tensor()
+    steps += _to_normalised_tensor(norm)
     if augment.random_erasing > 0:
         steps.append(v2.RandomErasing(p=augment.random_erasing))
     return v2.Compose(steps)
 
 
-def val_transform(image_size: int, crop_pct: float = CROP_PCT) -> Compose:
+def val_transform(image_size: int, crop_pct: float = CROP_PCT, norm: Norm = IMAGENET) -> Compose:
     from torchvision.transforms import v2
 
     resize = max(image_size, round(image_size / crop_pct))
-    return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor()])
+    return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor(norm)])
 
 
 def transformed(transform: Callable[[In], Out] | None, item: In, sample_seed: int | None) -> In | Out:
@@ -78,11 +81,11 @@ def seeded_call(transform: Callable[[In], Out], image: In, sample_seed: int) -> 
         generator.set_state(saved)
 
 
-def _to_normalised_tensor() -> list[Any]:
+def _to_normalised_tensor(norm: Norm) -> list[Any]:
     import torch
     from torchvision.transforms import v2
 
-    return [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    return [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(norm[0]), list(norm[1]))]
 
 
 class MixupCutmix:

@@ -1,5 +1,6 @@
-"""`estimate --data DIR` (or a labels table, train.csv): what `train` would do with the folder here (decode it once into RAM, or per image in
-loader workers), how many training images it holds, and the loader rate measured on a sample of its files."""
+"""`estimate --data DIR` (or a labels table, train.csv): what `train` would do with its images here (decode them
+once into RAM, or per image in loader workers), how many training images it holds, and the loader rate measured on
+a sample of its files."""
 from __future__ import annotations
 
 import dataclasses
@@ -41,18 +42,8 @@ def checked_augment(data: Path, resolved: Resolved) -> tuple[Resolved, list[str]
 def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tuple[int, int, LoaderSample]:
     """(training images, validation images, the loader's measured rate). `decoded_once`: train decodes the
     folder once into RAM on this machine (decoded_here): the rate is then the batched augmentation's."""
-    from fasttrain.datasets.data_source import table_of
     from fasttrain.estimate import loader_sample
-    table = table_of(data)
-    if table is not None:  # a labels table: its rows, split as train splits them
-        from fasttrain.datasets.data_source import open_table
-        from fasttrain.datasets.image_folder import VAL_FRACTION
-        read = open_table(table, profile.data, seed=loader_sample.TRAIN_SEED, val_fraction=VAL_FRACTION)
-        stride = max(1, len(read.train) // loader_sample.SAMPLE_FILES)
-        count, val_count = len(read.train), len(read.val)
-        files: list[Path] | list[bytes] = [Path(p) for p, _ in read.train[::stride][:loader_sample.SAMPLE_FILES]]
-    else:
-        count, val_count, files = loader_sample.scan(data)
+    count, val_count, files = loader_sample.scan(data, profile.data)  # a folder, a labels table or a prepared set
     if decoded_once:
         return count, val_count, loader_sample.measure_batched(files, profile.augment, profile.loader.image_size,
                                                                profile.loader.batch_size)
@@ -60,8 +51,10 @@ def sample_data(data: Path, profile: Profile, decoded_once: bool = False) -> tup
 
 
 def decoded_here(data: Path, profile: Profile, local: HardwareReport | None, gpu_flag: str | None) -> str | None:
-    """train's words for a folder it decodes once into RAM on this machine (a CPU target), else None."""
-    if gpu_flag or profile.hardware.gpu or not data.is_dir():
+    """train's words for a folder or labels table it decodes once into RAM on this machine (a CPU target), else
+    None."""
+    from fasttrain.datasets.data_source import table_of
+    if gpu_flag or profile.hardware.gpu or not data.is_dir() and table_of(data) is None:
         return None
     from fasttrain.datasets.decoded import would_decode
     from fasttrain.datasets.shards import is_prepared

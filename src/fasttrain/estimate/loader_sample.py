@@ -13,24 +13,26 @@ from typing import Any
 
 from fasttrain.datasets.image_folder import VAL_FRACTION
 from fasttrain.estimate.forecast import LoaderSample
-from fasttrain.profiles.schema import AugmentSpec
+from fasttrain.profiles.schema import AugmentSpec, DataSpec
 
 SAMPLE_FILES = 64
 # `train`'s defaults (train --seed 0; datasets/build.build_datasets val_fraction): the same training split.
 TRAIN_SEED = 0
 
 
-def scan(root: Path, keep: int = SAMPLE_FILES) -> tuple[int, int, list[Path] | list[bytes]]:
+def scan(root: Path, spec: DataSpec | None = None,
+         keep: int = SAMPLE_FILES) -> tuple[int, int, list[Path] | list[bytes]]:
     """(training samples under root, validation samples, an evenly spread sample of the training files), counted
-    the way `train` does (datasets/image_folder.find_splits with train's default seed and validation fraction):
-    a val/ folder, or the validation share split off one tree, is not training data. A prepared set (`fasttrain
-    data prepare`): its manifest's counts and the encoded bytes of a sample read from a few of its shards."""
+    the way `train` does (datasets/data_source.find_samples with train's default seed and validation fraction, a
+    labels table's columns as `spec` says): a val/ folder, or the validation share split off one tree or table, is
+    not training data. A prepared set (`fasttrain data prepare`): its manifest's counts and the encoded bytes of a
+    sample read from a few of its shards."""
     from fasttrain.datasets.shards import is_prepared
 
     if is_prepared(root):
         return scan_prepared(root, keep)
-    from fasttrain.datasets.image_folder import find_splits
-    _classes, train, val = find_splits(root, seed=TRAIN_SEED, val_fraction=VAL_FRACTION)
+    from fasttrain.datasets.data_source import find_samples
+    _classes, train, val = find_samples(root, seed=TRAIN_SEED, val_fraction=VAL_FRACTION, spec=spec)
     files = [Path(path) for path, _label in train]
     stride = max(1, len(files) // keep)
     return len(files), len(val), files[::stride][:keep]

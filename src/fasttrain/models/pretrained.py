@@ -87,6 +87,18 @@ def hub_id(name: str) -> str | None:
     return getattr(cfg, "hf_hub_id", None) if cfg is not None else None
 
 
+def pretrained_data_config(name: str) -> tuple[tuple[float, ...], tuple[float, ...], int] | None:
+    """(mean, std, input size in px) the published weights of `name` were trained with (timm's pretrained
+    config), or None when timm has no config for it."""
+    try:
+        from timm.models import get_pretrained_cfg
+        cfg = get_pretrained_cfg(name)
+        mean, std, size = tuple(map(float, cfg.mean)), tuple(map(float, cfg.std)), int(cfg.input_size[-1])
+    except Exception:  # noqa: BLE001 - not a timm name, no pretrained config, or a config without these fields
+        return None
+    return (mean, std, size) if len(mean) == len(std) == 3 else None
+
+
 def cache_folder(repo: str | None) -> Path:
     """Where huggingface_hub keeps `repo` (HF_HUB_CACHE/models--timm--resnet18.a1_in1k), or the cache itself."""
     import huggingface_hub.constants as constants

@@ -166,10 +166,10 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     timm_names = _timm_names()
     if name in timm_names:
         import timm
-        if pretrained:
-            from fasttrain.models.pretrained import timm_pretrained
-            return timm_pretrained(name, num_classes)
         sized = {"img_size": image_size} if image_size is not None and timm_fixed_size(name) is not None else {}
+        if pretrained:  # a ViT's weights load at the run's size too (timm resamples its position embeddings)
+            from fasttrain.models.pretrained import timm_pretrained
+            return timm_pretrained(name, num_classes, **sized)
         return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **sized)
     tv_names = _torchvision_names()
     if name in tv_names:

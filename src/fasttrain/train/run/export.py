@@ -11,7 +11,7 @@ from fasttrain.train.types import Prepared
 def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) -> str | None:
     """Write the model files; -> `model.safetensors + model.json` for the summary, or None when the run has no
     checkpoint yet. A failure to write is said, never a failed run: the checkpoints hold the same weights."""
-    from fasttrain.datasets.transforms import CROP_PCT, MEAN, STD
+    from fasttrain.datasets.transforms import CROP_PCT
     from fasttrain.models.saved import META_FILE, WEIGHTS_FILE, save_trained
     from fasttrain.train.state.checkpoint import load
 
@@ -22,7 +22,7 @@ def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) ->
         state = load(source, hint=False)["model"]
         bundle, plan = prep.bundle, prep.plan
         meta = {"model": prep.model_name, "num_classes": bundle.num_classes, "class_names": list(bundle.class_names),
-                "image_size": plan.image_size, "mean": list(MEAN), "std": list(STD), "crop_pct": CROP_PCT,
+                "image_size": plan.image_size, "mean": list(bundle.norm[0]), "std": list(bundle.norm[1]), "crop_pct": CROP_PCT,
                 "channels_last": plan.channels_last, "from": source.name, "init": summary.get("init"),
                 "test_flip": prep.resolved.profile.augment.validates_mirrored,
                 "epoch": summary.get("best_epoch") if source.name == "best.pt" else summary.get("epochs_run"),

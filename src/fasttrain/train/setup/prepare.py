@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.bundle import DataBundle
+from fasttrain.datasets.transforms import IMAGENET, Norm
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.models.weights import WeightsMatch
 from fasttrain.plan import Plan, make_plan
@@ -57,7 +58,8 @@ def prepare(given: TrainArgs) -> Prepared:
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
     resolved, data_notes = _check_data(args, resolved)
     resolved, budget_note = _budget_schedule(args, resolved)
-    bundle = _open_data(args, resolved, report)
+    norm, norm_notes = _run_norm(args, resolved)
+    bundle = _open_data(args, resolved, report, norm)
     model_name = args.model or _default_model(args.data, bundle.kind)
     from fasttrain.models.given_model import seed_builds
     seed_builds(args.seed)  # a module:callable builder, called once from here on, initialises with the run's seed
@@ -68,7 +70,7 @@ def prepare(given: TrainArgs) -> Prepared:
     resolved, tune_note = fine_tune(resolved, args.weights or (f"{model_name}'s pretrained weights"
                                                                if args.pretrained else None))
     resolved, report, plan = _plan_run(args, resolved, report, bundle, model_name, world, resume,
-                                       [*data_notes, *(n for n in (budget_note, tune_note) if n)])
+                                       [*data_notes, *(n for n in (budget_note, tune_note) if n), *norm_notes])
     if plan.iterations_per_epoch == 0:
         raise UserError([Problem("loader.batch_size", no_full_batch(bundle.train_size, plan.world_size),
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
@@ -135,13 +137,23 @@ def _check_data(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, list[str
     return resolved, [*notes, *checked]
 
 
-def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport) -> DataBundle:
+def _run_norm(args: TrainArgs, resolved: Resolved) -> tuple[Norm, list[str]]:
+    """The (mean, std) the run's images are normalised with, and the plan's notes: `--pretrained --model M`: M's
+    published weights' own (setup/finetune.pretrained_norm); otherwise ImageNet's."""
+    if not args.pretrained or not args.model:  # the default models (tiny_cnn, resnet18) use ImageNet's anyway
+        return IMAGENET, []
+    from fasttrain.models.pretrained import pretrained_data_config
+    from fasttrain.train.setup.finetune import pretrained_norm
+    return pretrained_norm(args.model, pretrained_data_config(args.model), resolved.profile.loader.image_size)
+
+
+def _open_data(args: TrainArgs, resolved: Resolved, report: HardwareReport, norm: Norm) -> DataBundle:
     from fasttrain.datasets.build import build_datasets
     from fasttrain.datasets.decoded import decode_budget
     profile = resolved.profile
     bundle = build_datasets(args.data, image_size=profile.loader.image_size, augment=profile.augment,
                             seed=args.seed, strict=args.strict_data, num_classes=args.num_classes,
-                            decode=decode_budget(profile, report), table=profile.data)
+                            decode=decode_budget(profile, report), table=profile.data, norm=norm)
     if args.num_classes is not None and bundle.kind == "images" and args.num_classes != bundle.num_classes:
         raise UserError([Problem("--num-classes", f"the data has {bundle.num_classes} classes",
                                  "drop --num-classes for image folders and labels tables", args.num_classes)])
