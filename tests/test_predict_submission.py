@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from loop_helpers import TINY_PROFILE
+from PIL import Image
 
 COLOURS = [(200, 60, 60), (60, 200, 60), (60, 60, 200)]
 

@@ -9,14 +9,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from image_tree import write_tree
+from test_pretrained_offline import _hub_cache, offline_child  # noqa: F401 - the fixture, used by name
 
 from fasttrain.datasets import batch_augment as ba
-from fasttrain.datasets.transforms import IMAGENET, MEAN, STD, train_transform, val_transform
+from fasttrain.datasets.transforms import (
+    IMAGENET,
+    MEAN,
+    STD,
+    train_transform,
+    val_transform,
+)
 from fasttrain.models.pretrained import pretrained_data_config
 from fasttrain.profiles.schema import AugmentSpec
 from fasttrain.train.setup.finetune import pretrained_norm
-from image_tree import write_tree
-from test_pretrained_offline import _hub_cache, offline_child  # noqa: F401 - the fixture, used by name
 
 HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 NO_AUGMENT = AugmentSpec(random_resized_crop_scale=(1.0, 1.0), hflip=0.0)

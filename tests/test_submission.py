@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fasttrain.core.errors import UserError
-from fasttrain.datasets.submission import Sample, csv_text, id_keys, lay_out, match_ids, parse_sample
+from fasttrain.datasets.submission import (
+    Sample,
+    csv_text,
+    id_keys,
+    lay_out,
+    match_ids,
+    parse_sample,
+)
 
 CLASSES = ["cat", "dog", "fox"]
 FILES = ["a1.png", "b2.png", "c3.png"]

@@ -10,10 +10,16 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from image_tree import write_tree
 
 from fasttrain.core.errors import UserError
-from fasttrain.models.weights import WeightsMatch, check_weights, load_into, match_shapes, own_name
-from image_tree import write_tree
+from fasttrain.models.weights import (
+    WeightsMatch,
+    check_weights,
+    load_into,
+    match_shapes,
+    own_name,
+)
 
 SHAPES = {"conv.weight": (8, 3, 3, 3), "bn.weight": (8,), "bn.running_mean": (8,), "bn.num_batches_tracked": (),
           "fc.weight": (10, 8), "fc.bias": (10,)}

@@ -64,3 +64,12 @@ def plural(n: int | float, word: str, many: str | None = None) -> str:
     """`n word` with the word in the plural unless n is 1: "1 worker", "2 workers", "1 warning", "0 warnings"."""
     count = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else f"{n:g}"
     return f"{count} {word if n == 1 else (many or word + 's')}"
+
+
+NAME_WIDTH = 20  # a name on a one-line list (a class's) is cut to this many characters
+
+
+def short_name(name: object, width: int = NAME_WIDTH) -> str:
+    """A name on one line of at most `width` characters (control characters as spaces). Pure."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(name))
+    return text if len(text) <= width else text[:max(1, width - 3)] + "..."

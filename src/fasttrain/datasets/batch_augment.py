@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm
+from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm, resize_side
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,7 +98,7 @@ def centre_crop_boxes(sizes: Tensor, image_size: int, crop_pct: float = CROP_PCT
     in each image's own pixels -> float (N, 4). Rounding as torchvision's Resize and CenterCrop round."""
     import torch
 
-    resize = max(image_size, round(image_size / crop_pct))
+    resize = resize_side(image_size, crop_pct)
     height, width = sizes[:, 0].double(), sizes[:, 1].double()
     short, long = torch.minimum(height, width), torch.maximum(height, width)
     new_long = torch.floor(resize * long / short)

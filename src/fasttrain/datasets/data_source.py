@@ -51,7 +51,7 @@ def competition_table(root: Path) -> Path | None:
 
 def table_of(path: Path) -> Path | None:
     """The labels table `path` names (itself, or the one of a competition's folder), else None."""
-    if path.suffix.lower() in TABLE_SUFFIXES and path.is_file():
+    if is_table_file(path):
         return path
     return competition_table(path)
 
@@ -129,7 +129,7 @@ def data_notes(data: str, spec: DataSpec, *, seed: int, val_fraction: float) -> 
                 "no class folders"
             notes.insert(0, f"data: {path.name}/ holds {table.name} and {why}: read as --data {table}")
         return notes
-    if not path.is_dir() or is_table_file(path):
+    if not path.is_dir():  # table_of() found no table: a file here is no table either
         return []
     split_like = [f for f in class_folders(path) if looks_like_split(f)]
     if not split_like:

@@ -25,6 +25,7 @@ from fasttrain.datasets.fast_decode import (
     is_jpeg,
 )
 from fasttrain.datasets.image_folder import IMAGE_EXTENSIONS
+from fasttrain.datasets.transforms import resize_side
 
 if TYPE_CHECKING:
     import torch
@@ -46,11 +47,6 @@ def image_files(root: Path) -> list[Path]:
         raise UserError([Problem("--data", f"no images in {str(root)!r}",
                                  f"supported extensions: {', '.join(sorted(IMAGE_EXTENSIONS))}", str(root))])
     return found
-
-
-def resize_side(image_size: int, crop_pct: float) -> int:
-    """The short side validation resizes to before its centre crop (transforms.val_transform's rule)."""
-    return max(image_size, round(image_size / crop_pct))
 
 
 def val_pixels(data: bytes, image_size: int, crop_pct: float) -> torch.Tensor:

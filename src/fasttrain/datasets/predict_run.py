@@ -67,9 +67,10 @@ def predict_run(run: Path | str, data: Path | str, *, sample_submission: Path | 
     names = [str(n) for n in meta["class_names"]]
     sample = read_sample(Path(sample_submission), names) if sample_submission is not None else None
     files = image_files(data)
-    relative = [relative_name(f, data) for f in files]
+    name_of = {f: relative_name(f, data) for f in files}  # each file's name under --data, made once
+    dropped: list[str] = []  # the images the sample does not name, left out before reading
     if sample is not None:  # before any image is read: ids with no image stop here; only named images are read
-        order, _ = match_ids(sample.ids, relative)
+        order, dropped = match_ids(sample.ids, list(name_of.values()))
         files = [files[k] for k in sorted(order)]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     read, probs, unreadable = class_probabilities(
@@ -81,8 +82,7 @@ def predict_run(run: Path | str, data: Path | str, *, sample_submission: Path | 
         raise UserError([Problem(FLAG, f"{len(unreadable):,} image(s) the sample names cannot be read, so their rows "
                                  f"would be missing: {shown}{more} ({unreadable[0][1]})",
                                  "replace or repair those files (a scorer rejects a submission with rows missing)")])
-    submission = lay_out([relative_name(p, data) for p in read], probs, names, sample, per_class=probabilities)
-    if sample is not None:  # the images the sample does not name, dropped before reading
-        named = {relative_name(p, data) for p in files}
-        submission = Submission(submission.columns, submission.rows, [r for r in relative if r not in named])
+    submission = lay_out([name_of[p] for p in read], probs, names, sample, per_class=probabilities)
+    if sample is not None:
+        submission = Submission(submission.columns, submission.rows, dropped)
     return Predicted(submission, meta, unreadable)

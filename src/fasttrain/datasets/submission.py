@@ -140,13 +140,14 @@ def lay_out(files: Sequence[str], probabilities: Sequence[Sequence[float]], clas
             columns = ["file", *class_names]
             rows = [{"file": f, **dict(zip(class_names, map(float, probabilities[k])))} for k, f in enumerate(files)]
             return Submission(columns, rows)
-        rows = [{"file": f, "class": top(k)[0], "confidence": top(k)[1]} for k, f in enumerate(files)]
+        rows = [{"file": f, "class": c, "confidence": p} for k, f in enumerate(files) for c, p in [top(k)]]
         return Submission(["file", "class", "confidence"], rows)
     order, dropped = match_ids(sample.ids, files)
     id_column = sample.columns[0]
     if per_class or sample.per_class:
         columns = sample.columns if sample.per_class else [id_column, *class_names]
-        rows = [{id_column: i, **{c: float(probabilities[k][class_names.index(c)]) for c in columns[1:]}}
+        position = {name: index for index, name in enumerate(class_names)}  # once, not a search per cell
+        rows = [{id_column: i, **{c: float(probabilities[k][position[c]]) for c in columns[1:]}}
                 for i, k in zip(sample.ids, order)]
         return Submission(columns, rows, dropped)
     label = sample.columns[1]

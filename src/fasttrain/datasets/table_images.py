@@ -118,7 +118,8 @@ def table_data(table: Table, base: Path, *, image_column: str | None, label_name
                      "data.images_dir")
     notes += _dropped(table, image_index, [r for r, lab in enumerate(labels) if not lab],
                       f"with a blank {table.header[label_index]!r}", "data.label_column")
-    keep, seen, twice = [], set(), 0
+    found: dict[int, str] = {}  # the rows kept, each with its image (first row of each image, in table order)
+    seen, twice = set(), 0
     for row, (path, label) in enumerate(zip(paths, labels)):
         if path is None or not label or (split and split[1][row] == "test"):
             continue
@@ -126,7 +127,8 @@ def table_data(table: Table, base: Path, *, image_column: str | None, label_name
             twice += 1
             continue
         seen.add(path)
-        keep.append(row)
+        found[row] = path
+    keep = list(found)
     if twice:
         notes.append(f"{table.where}: {twice:,} rows name an image listed before: the first row of each kept")
     names, index_of = class_names([labels[r] for r in keep])
@@ -141,8 +143,8 @@ def table_data(table: Table, base: Path, *, image_column: str | None, label_name
                     f"{' + ' + ext if ext else ''}, {where}), {len(names)} classes from column "
                     f"{table.header[label_index]!r}: {shown}")
     if split:
-        train = [(paths[r], index_of[labels[r]]) for r in keep if split[1][r] == "train"]
-        val = [(paths[r], index_of[labels[r]]) for r in keep if split[1][r] == "val"]
+        train = [(found[r], index_of[labels[r]]) for r in keep if split[1][r] == "train"]
+        val = [(found[r], index_of[labels[r]]) for r in keep if split[1][r] == "val"]
         if not train or not val:
             raise UserError([Problem("data.label_column", f"{table.where}: column {table.header[split[0]]!r} "
                                      f"marks {'no' if not train else 'every'} row for training",
@@ -151,7 +153,7 @@ def table_data(table: Table, base: Path, *, image_column: str | None, label_name
         return TableData(names, train, val, tuple(notes))
     files: dict[str, list[str]] = {name: [] for name in names}
     for r in keep:
-        files[names[index_of[labels[r]]]].append(paths[r])  # type: ignore[arg-type]
+        files[names[index_of[labels[r]]]].append(found[r])
     train, val = split_by_fraction(files, names, seed=seed, val_fraction=val_fraction)
     notes.append(f"validation: {len(val):,} images, {val_fraction:.0%} of each class (seed {seed}); a column "
                  "is_valid (true/false) or split (train/valid) chooses them")

@@ -46,10 +46,16 @@ def train_transform(augment: AugmentSpec, image_size: int, norm: Norm = IMAGENET
     return v2.Compose(steps)
 
 
+def resize_side(image_size: int, crop_pct: float = CROP_PCT) -> int:
+    """The short side validation resizes to before its centre crop: one rule for every path that validates or
+    predicts (this transform, the in-RAM boxes, datasets/inference.val_pixels), so they see the same pixels."""
+    return max(image_size, round(image_size / crop_pct))
+
+
 def val_transform(image_size: int, crop_pct: float = CROP_PCT, norm: Norm = IMAGENET) -> Compose:
     from torchvision.transforms import v2
 
-    resize = max(image_size, round(image_size / crop_pct))
+    resize = resize_side(image_size, crop_pct)
     return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(image_size), *_to_normalised_tensor(norm)])
 
 

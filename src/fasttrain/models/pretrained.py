@@ -12,11 +12,12 @@ instead (torchvision_hint).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 
@@ -63,7 +64,7 @@ def user_offline() -> bool:
 def hub_online() -> Iterator[None]:
     """huggingface_hub online for the block (its requests read constants.HF_HUB_OFFLINE on each call; the
     environment variable for anything imported inside), offline again after it."""
-    import huggingface_hub.constants as constants
+    from huggingface_hub import constants
     saved_env, saved = os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE
     os.environ["HF_HUB_OFFLINE"], constants.HF_HUB_OFFLINE = "0", False
     try:
@@ -76,32 +77,36 @@ def hub_online() -> Iterator[None]:
             os.environ["HF_HUB_OFFLINE"] = saved_env
 
 
+@functools.lru_cache(maxsize=64)  # the plan, the run, the summary and the checks all ask about the same model
+def _pretrained_cfg(name: str) -> Any:
+    """timm's pretrained config of `name` (its default tag resolved), or None: not a timm name, or none."""
+    try:
+        from timm.models import get_pretrained_cfg
+        return get_pretrained_cfg(name)
+    except Exception:  # noqa: BLE001 - not a timm name, or no pretrained config
+        return None
+
+
 def hub_id(name: str) -> str | None:
     """The Hugging Face repository timm loads `name`'s default pretrained weights from (`timm/resnet18.a1_in1k`:
     timm resolves the default tag), or None when they are not on the hub."""
-    try:
-        from timm.models import get_pretrained_cfg
-        cfg = get_pretrained_cfg(name)
-    except Exception:  # noqa: BLE001 - not a timm name, or no pretrained config
-        return None
-    return getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    return getattr(_pretrained_cfg(name), "hf_hub_id", None)
 
 
 def pretrained_data_config(name: str) -> tuple[tuple[float, ...], tuple[float, ...], int] | None:
     """(mean, std, input size in px) the published weights of `name` were trained with (timm's pretrained
     config), or None when timm has no config for it."""
+    cfg = _pretrained_cfg(name)
     try:
-        from timm.models import get_pretrained_cfg
-        cfg = get_pretrained_cfg(name)
         mean, std, size = tuple(map(float, cfg.mean)), tuple(map(float, cfg.std)), int(cfg.input_size[-1])
-    except Exception:  # noqa: BLE001 - not a timm name, no pretrained config, or a config without these fields
+    except (AttributeError, TypeError, ValueError, IndexError):  # no config, or one without these fields
         return None
     return (mean, std, size) if len(mean) == len(std) == 3 else None
 
 
 def cache_folder(repo: str | None) -> Path:
     """Where huggingface_hub keeps `repo` (HF_HUB_CACHE/models--timm--resnet18.a1_in1k), or the cache itself."""
-    import huggingface_hub.constants as constants
+    from huggingface_hub import constants
     root = Path(constants.HF_HUB_CACHE)
     return root / ("models--" + repo.replace("/", "--")) if repo else root
 
@@ -117,7 +122,7 @@ def pretrained_source(name: str) -> str:
     return f"hf-hub:{repo} (cache {folder}{'' if there else '; not there yet: downloaded when the run starts'})"
 
 
-def timm_pretrained(name: str, num_classes: int, **kwargs: object) -> nn.Module:
+def timm_pretrained(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     """timm.create_model(name, pretrained=True): from the cache offline first, then downloaded into it (with the
     hub's own progress bar) unless the user keeps the hub offline; missing weights and no network are one line."""
     import timm
@@ -163,7 +168,7 @@ def _hub_unreachable() -> str | None:
     import socket
     from urllib.parse import urlparse
 
-    import huggingface_hub.constants as constants
+    from huggingface_hub import constants
     if any(os.environ.get(key) for key in PROXY_ENV):
         return None
     url = urlparse(constants.ENDPOINT)

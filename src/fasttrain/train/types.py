@@ -121,11 +121,6 @@ class Prepared:
     init: WeightsMatch | None = None      # --weights matched to the model (None: --pretrained, scratch, a resume)
 
     @property
-    def from_weights(self) -> bool:
-        """The run starts from trained weights (--weights or --pretrained), not from random ones."""
-        return self.init is not None or self.args.pretrained or bool(self.args.weights)
-
-    @property
     def is_main(self) -> bool:
         """Rank 0, or a process torchrun did not start: the one that draws, logs and writes checkpoints."""
         return self.world is None or self.world.is_main

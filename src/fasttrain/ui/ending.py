@@ -9,8 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from fasttrain.core.format import fmt_clock, fmt_number
-from fasttrain.train.setup.plan_view import short_name
+from fasttrain.core.format import fmt_clock, fmt_number, short_name
 
 LABEL_WIDTH = 16
 

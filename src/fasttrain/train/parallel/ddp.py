@@ -68,6 +68,11 @@ class DistContext:
         dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.control)
         return t.tolist()
 
+    def sum_counts(self, counts: torch.Tensor) -> torch.Tensor:
+        """A host tensor of counts (int64, e.g. validation's confusion matrix) summed over all ranks, in place."""
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.control)
+        return counts
+
     def max(self, value: int) -> int:
         """The largest `value` of all ranks (e.g. a signal number one rank received, 0 for none)."""
         t = torch.tensor([value], dtype=torch.int64)

@@ -128,8 +128,8 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
                             input_gain=opening.input_gain(prep) if main else None,
                             classes=classes_text(prep.bundle.num_classes, prep.bundle.class_names))) as listener:
         listener.on_run_start(plan, opening_notes(prep))
-        if weights_words(prep):  # where the starting weights come from (--weights' counts, --pretrained's cache)
-            listener.on_message(f"weights: {weights_words(prep)}")
+        if words := weights_words(prep):  # where the starting weights come from (--weights' counts, the cache)
+            listener.on_message(f"weights: {words}")
         if tuning and (args.verbose or "skipped" not in tuning):
             from fasttrain.train.trial.choice import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))

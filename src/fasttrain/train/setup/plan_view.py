@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fasttrain.core.format import short_name
 from fasttrain.train.types import Prepared
-
-NAME_WIDTH = 20  # a class name on a one-line list is cut to this many characters
 
 
 def plan_view(prep: Prepared) -> dict[str, Any]:
@@ -42,12 +41,6 @@ def weights_words(prep: Prepared) -> str | None:
         from fasttrain.models.registry import pretrained_source
         return f"pretrained: {pretrained_source(prep.model_name)}"
     return None
-
-
-def short_name(name: str, width: int = NAME_WIDTH) -> str:
-    """A class name on one line of at most `width` characters (control characters as spaces). Pure."""
-    name = "".join(ch if ch.isprintable() else " " for ch in str(name))
-    return name if len(name) <= width else name[:max(1, width - 3)] + "..."
 
 
 def classes_text(count: int, names: Sequence[str], width: int = 80) -> str:
