@@ -190,3 +190,74 @@ def test_counts_past_any_real_run_are_always_exit_2(cli, n: int, where: str) -> 
         ["estimate", "--model", "tiny_cnn", "--profile", "kaggle-t4"]
     r = _check(cli, [*base, flag, str(n)])
     assert r.code == 2 and f"{flag}:" in r.err, (where, n, r.err)
+
+
+REPORTS = ["cpu_only.json", "t4_kaggle.json", "a10g_x4.json", "container_shm64.json", "rtx4060_laptop.json"]
+ODD_NUMBERS = [0, -1, -(2**40), 2**70, 0.0, -0.5, 1e-300, float("nan"), float("inf"), float("-inf"), None, "",
+               "0", True, [], {}]
+
+
+def _numeric_paths(node: object, path: tuple = ()) -> list[tuple]:
+    """Every path to a number (int or float, not bool) in a report's JSON."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _numeric_paths(v, (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _numeric_paths(v, (*path, i))]
+    return [path] if isinstance(node, (int, float)) and not isinstance(node, bool) else []
+
+
+@_settings(60)
+@given(data=st.data())
+def test_doctor_survives_reports_with_odd_counts(cli, tmp_path: Path, data: st.DataObject) -> None:
+    """Issue 43: a recorded report whose CPU had zero cores ended in ZeroDivisionError. Any number of a real
+    report set to zero, a negative, a huge value, nan/inf, null, a string, or removed: exit 0, 1 or 2 with a
+    reason, never a traceback (hardware/report.py's field types are the one guard)."""
+    name = data.draw(st.sampled_from(REPORTS), label="report")
+    report = json.loads((FIXTURES / "reports" / name).read_text())
+    numbers = _numeric_paths(report)
+    if data.draw(st.booleans(), label="a whole section"):  # e.g. every count of the CPU zero at once
+        section = data.draw(st.sampled_from(sorted({p[:-1] for p in numbers}, key=str)), label="section")
+        paths = [p for p in numbers if p[:-1] == section]
+    else:
+        paths = data.draw(st.lists(st.sampled_from(numbers), min_size=1, max_size=3, unique=True), label="paths")
+    odd = data.draw(st.sampled_from(ODD_NUMBERS), label="value")
+    for path in paths:
+        *parents, leaf = path
+        node = report
+        for key in parents:
+            node = node[key]
+        if data.draw(st.booleans(), label="remove") and isinstance(node, dict):
+            del node[leaf]
+        else:
+            node[leaf] = odd
+    file = tmp_path / "odd.json"
+    file.write_text(json.dumps(report, allow_nan=True))
+    _check(cli, ["doctor", "--report-from", str(file)], allowed={0, 1, 2})
+
+
+@pytest.mark.parametrize("field", ["logical_cores", "usable_cores", "physical_cores"])
+def test_a_report_of_a_cpu_with_zero_cores_is_refused_with_the_field(cli, tmp_path: Path, field: str) -> None:
+    report = json.loads((FIXTURES / "reports" / "cpu_only.json").read_text())
+    report["cpu"][field] = 0
+    file = tmp_path / "zero.json"
+    file.write_text(json.dumps(report))
+    r = _check(cli, ["doctor", "--report-from", str(file)])
+    assert r.code == 2 and f"cpu.{field}" in r.err and "greater than or equal to 1" in r.err, r.err
+
+
+def test_doctor_survives_every_section_of_a_report_zero_negative_nan_or_missing(cli, tmp_path: Path) -> None:
+    """The sweep the generated test samples from: every section of every recorded report with all its numbers
+    zero, negative, nan or null at once (a CPU with zero cores, a GPU with no memory, a disk read in no time)."""
+    file = tmp_path / "odd.json"
+    for name in REPORTS:
+        original = (FIXTURES / "reports" / name).read_text()
+        for section in sorted({p[:-1] for p in _numeric_paths(json.loads(original))}, key=str):
+            for odd in (0, -1, float("nan"), None):
+                report = json.loads(original)
+                for *parents, leaf in (p for p in _numeric_paths(report) if p[:-1] == section):
+                    node = report
+                    for key in parents:
+                        node = node[key]
+                    node[leaf] = odd
+                file.write_text(json.dumps(report, allow_nan=True))
+                _check(cli, ["doctor", "--report-from", str(file)], allowed={0, 1, 2})

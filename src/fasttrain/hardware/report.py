@@ -6,38 +6,49 @@ Byte counts are bytes; clocks MHz; power W; temperatures degrees C.
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+# The one guard for numbers read from outside (a probe, or a report file given to `doctor --report-from`): what is
+# divided by is at least 1, what is counted or measured is not negative, and no float is nan or inf, so no rule,
+# forecast or view downstream divides by zero or prints nan. A file that breaks one is refused with its field.
+Count = Annotated[int, Field(ge=1)]          # cores; totals a share is taken of (bytes)
+Amount = Annotated[int, Field(ge=0)]         # bytes, MHz, indices, files
+Measure = Annotated[float, Field(ge=0)]      # rates, seconds, watts, load
+Percent = Annotated[float, Field(ge=0, le=100)]
 
 
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # newer probes may add fields; old fixtures still load
+    # extra="ignore": newer probes may add fields, old fixtures still load; allow_inf_nan=False: see Count above.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class GpuProcess(_Data):
-    pid: int
+    pid: Amount
     name: str = ""
-    used_bytes: int | None = None
+    used_bytes: Amount | None = None
 
 
 class GpuInfo(_Data):
-    index: int
+    index: Amount
     name: str
-    memory_total_bytes: int
-    memory_used_bytes: int | None = None
-    memory_free_bytes: int | None = None
-    utilization_pct: float | None = None
+    memory_total_bytes: Amount  # 0: NVML could not read it (nvml.py)
+    memory_used_bytes: Amount | None = None
+    memory_free_bytes: Amount | None = None
+    utilization_pct: Percent | None = None
     temperature_c: float | None = None
-    power_draw_w: float | None = None
-    power_limit_w: float | None = None
-    sm_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    mem_clock_max_mhz: int | None = None
+    power_draw_w: Measure | None = None
+    power_limit_w: Measure | None = None
+    sm_clock_mhz: Amount | None = None
+    sm_clock_max_mhz: Amount | None = None
+    mem_clock_mhz: Amount | None = None
+    mem_clock_max_mhz: Amount | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
+    pcie_gen: Amount | None = None
+    pcie_gen_max: Amount | None = None
+    pcie_width: Amount | None = None
+    pcie_width_max: Amount | None = None
     processes: list[GpuProcess] = Field(default_factory=list)
     compute_capability: str | None = None
     bf16_supported: bool | None = None
@@ -51,12 +62,12 @@ class GpuInfo(_Data):
 class TorchDevice(_Data):
     """A CUDA device as torch numbers it (after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER), from the torch child."""
 
-    index: int
+    index: Amount
     name: str = ""
     uuid: str | None = None         # "GPU-..." like NVML's, so the two can be matched
-    total_memory: int | None = None  # bytes
+    total_memory: Count | None = None  # bytes
     capability: str | None = None
-    free_memory: int | None = None   # bytes torch.cuda.mem_get_info() said were free, read by a process with a
+    free_memory: Amount | None = None   # bytes torch.cuda.mem_get_info() said were free, read by a process with a
     #                                  CUDA context on it (its own context's memory is already taken)
 
 
@@ -64,10 +75,10 @@ class TorchInfo(_Data):
     installed: bool = True
     version: str | None = None
     cuda_version: str | None = None  # the CUDA the build was made for; None on a CPU-only build
-    cudnn_version: int | None = None
+    cudnn_version: Amount | None = None
     cpu_only_build: bool = True
     cuda_available: bool = False
-    device_count: int = 0
+    device_count: Amount = 0
     nccl_version: str | None = None
     triton_version: str | None = None
     c_compiler: str | None = None
@@ -86,41 +97,41 @@ class TorchInfo(_Data):
     # torch's own view of the devices, in its order, and the one this process trains on (set_device; 0 by
     # default). Empty in reports recorded before fasttrain kept them: then the first GPU torch can see trains.
     devices: list[TorchDevice] = Field(default_factory=list)
-    current_device: int = 0
+    current_device: Amount = 0
 
 
 class CpuInfo(_Data):
     model: str = "unknown"
-    physical_cores: int | None = None
-    logical_cores: int = 1
-    usable_cores: int | None = None  # affinity / cgroup limit, when smaller than logical
-    load_1m: float | None = None
+    physical_cores: Count | None = None
+    logical_cores: Count = 1
+    usable_cores: Count | None = None  # affinity / cgroup limit, when smaller than logical
+    load_1m: Measure | None = None
 
 
 class MemoryInfo(_Data):
-    ram_total_bytes: int
-    ram_available_bytes: int
-    swap_total_bytes: int = 0
-    swap_used_bytes: int = 0
-    shm_total_bytes: int | None = None
-    shm_free_bytes: int | None = None
+    ram_total_bytes: Count
+    ram_available_bytes: Amount
+    swap_total_bytes: Amount = 0
+    swap_used_bytes: Amount = 0
+    shm_total_bytes: Amount | None = None
+    shm_free_bytes: Amount | None = None
     # Added by the doctor probe: a container's memory limit (cgroup memory.max). When it is set,
     # ram_total_bytes is the smaller of it and the host RAM: that is what the loaders can really use.
-    host_ram_total_bytes: int | None = None
-    cgroup_limit_bytes: int | None = None
+    host_ram_total_bytes: Count | None = None
+    cgroup_limit_bytes: Amount | None = None
 
 
 class DiskInfo(_Data):
     path: str
-    total_bytes: int | None = None
-    free_bytes: int | None = None
-    read_mb_per_s: float | None = None
-    files_per_s: float | None = None
-    sample_files: int | None = None
+    total_bytes: Amount | None = None
+    free_bytes: Amount | None = None
+    read_mb_per_s: Measure | None = None
+    files_per_s: Measure | None = None
+    sample_files: Amount | None = None
     # Added by the doctor probe:
     role: str = ""  # "cwd", "data" or "path"
-    sample_bytes: int | None = None
-    sample_seconds: float | None = None
+    sample_bytes: Amount | None = None
+    sample_seconds: Measure | None = None
     cold_cache: bool | None = None  # page cache dropped (posix_fadvise DONTNEED) before reading each file
 
 
@@ -140,7 +151,7 @@ class HardwareReport(_Data):
     env: dict[str, str] = Field(default_factory=dict)
     # Added by the doctor probe:
     fasttrain_version: str = ""
-    probe_seconds: float | None = None
+    probe_seconds: Measure | None = None
     python_version: str = ""
 
     @property
