@@ -149,6 +149,21 @@ def memory_limit(kind: str, limit_bytes: int) -> Iterator[int]:
         yield limit
 
 
+@contextlib.contextmanager
+def syncs_raise() -> Iterator[None]:
+    """Within: torch's sync debug mode "error": an implicit host-device sync (a blocking copy, `.item()`, a
+    `float()` of a device tensor) raises. Enter it only after the set-up: moving a model to the GPU (building an
+    engine) and copying a batch there are blocking copies and raise in it. Reset to 0 on leaving, also after a
+    failure, so the next test runs unchecked."""
+    import torch
+    torch.cuda.synchronize()  # the set-up's own work ends outside the check
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
 def release_cuda() -> None:
     """Between in-process runs: hand cached blocks back so the next test starts from the same free memory."""
     import gc

@@ -106,7 +106,7 @@ def test_the_last_epochs_row_does_not_wait_for_the_final_save(cli, tmp_path: Pat
     assert res.code == 0, res.err
     rows = [json.loads(line) for line in (tmp_path / "runs" / "r" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if r["kind"] == "epoch"][-1]
-    trained = max(r["time"] for r in rows if r["kind"] == "step" and r["epoch"] == last["epoch"] - 1)
-    assert last["time"] - trained < 1.0          # its last step, then validation: not the 1.5 s save after them
-    assert saved_at and saved_at[-1] > last["time"]                       # the final save came after the row
+    # The row was logged before the final save began (its 1.5 s sleep), whatever the machine's load: on the
+    # clock of the save's own end, not against a time limit.
+    assert saved_at and last["time"] < saved_at[-1] - 1.5 + 0.05
     assert ck.load(tmp_path / "runs" / "r" / "last.pt")["epoch"] == last["epoch"]

@@ -375,18 +375,14 @@ def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:  # 
     assert ck.load(tmp_path / "c.pt")["checksum_note"] is None
 
 
-@pytest.mark.parametrize("precision", ["fp16-mixed", "bf16-mixed", "fp32"])
-def test_no_sync_on_unlogged_steps(precision: str) -> None:
-    """Findings 16 and 8: with the fused optimizer, a step that is not logged (and a logged step's work up to its
-    optimizer step) makes no implicit host-device sync: torch's sync debug mode raises on one. The bench's plain
-    unfused baseline steps make none either (the guard's .item() is gone from them)."""
+def _unlogged_steps_set_up(precision: str):  # noqa: ANN202
+    """Everything test_no_sync_on_unlogged_steps checks, set up and warmed up before the check begins: building
+    an engine moves its model to the GPU and a batch copied there is a blocking copy, both an error under the
+    check (issue 39, item 2: the baseline was built inside it, so the test failed on every GPU).
+    -> (the engine, the bench's baseline engine, the batches, the baseline's images and targets on the GPU)."""
     import torch
     from torch import nn
 
-    from gpu_helpers import release_cuda
-
-    if precision == "bf16-mixed" and torch.cuda.get_device_capability(0)[0] < 8:
-        pytest.skip("bf16 needs compute capability 8.0 or newer")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(8, 4))
@@ -396,21 +392,33 @@ def test_no_sync_on_unlogged_steps(precision: str) -> None:
                 torch.randint(0, 4, (16,), generator=gen).pin_memory()) for _ in range(6)]
     for index in range(2):  # the first steps allocate the optimizer state and pick kernels
         engine.step(batches[index], index, 6, epoch=0, measure=False)
+    base, _ = _cuda_engine(nn.Linear(3 * 32 * 32, 4), nonfinite_guard=False, precision="fp32",
+                           fused_optimizer=False)  # as bench speedups builds its baseline
+    x, y = (t.cuda() for t in batches[0])
+    base.forward_backward(x.flatten(1), y, 1)
+    base.optimizer_step()  # first step: state allocated outside the check
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
+    return engine, base, batches, x.flatten(1), y
+
+
+@pytest.mark.parametrize("precision", ["fp16-mixed", "bf16-mixed", "fp32"])
+def test_no_sync_on_unlogged_steps(precision: str) -> None:
+    """Findings 16 and 8: with the fused optimizer, a step that is not logged (and a logged step's work up to its
+    optimizer step) makes no implicit host-device sync: torch's sync debug mode raises on one. The bench's plain
+    unfused baseline steps make none either (the guard's .item() is gone from them). Only the steps run under the
+    check; it is reset afterwards, also when a step fails (tests/test_sync_check_order.py runs this on the CPU)."""
+    import torch
+
+    from gpu_helpers import release_cuda, syncs_raise
+
+    if precision == "bf16-mixed" and torch.cuda.get_device_capability(0)[0] < 8:
+        pytest.skip("bf16 needs compute capability 8.0 or newer")
     try:
-        for index in range(2, 6):
-            engine.step(batches[index], index, 6, epoch=0, measure=index == 5)  # the last one measures
-        base, _ = _cuda_engine(nn.Linear(3 * 32 * 32, 4), nonfinite_guard=False, precision="fp32",
-                               fused_optimizer=False)  # as bench speedups builds its baseline
-        torch.cuda.set_sync_debug_mode(0)
-        x, y = (t.cuda() for t in batches[0])
-        base.forward_backward(x.flatten(1), y, 1)
-        base.optimizer_step()  # first step: state allocated outside the check
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        base.forward_backward(x.flatten(1), y, 1)
-        base.optimizer_step()
+        engine, base, batches, x, y = _unlogged_steps_set_up(precision)
+        with syncs_raise():
+            for index in range(2, 6):
+                engine.step(batches[index], index, 6, epoch=0, measure=index == 5)  # the last one measures
+            base.forward_backward(x, y, 1)
+            base.optimizer_step()
     finally:
-        torch.cuda.set_sync_debug_mode(0)
         release_cuda()

@@ -248,7 +248,9 @@ FOREIGN_PRIVATE = {"cli.py": {"_run_exitfuncs", "_exit"}, "train/signals/lifecyc
                    "datasets/loaders.py": {"_new_shared", "_iterator", "_shutdown_workers"},
                    "estimate/cost.py": {"_schema", "_overloadpacket"}, "hardware/machine.py": {"_Environ"},
                    "train/loop/precision.py": {"_found_inf_per_device", "_get_scale_async"},
-                   "train/loop/cpu_fused.py": {"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_foreach_add_", "_foreach_sub_"}}
+                   "train/loop/backoff.py": {"_version"},
+                   "train/loop/cpu_fused.py": {"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_foreach_add_", "_foreach_sub_"},
+                   "train/loop/ema.py": {"_foreach_lerp_", "_buffers", "_parameters"}}
 
 
 def test_no_module_reaches_into_private_attributes():

@@ -157,3 +157,74 @@ def test_the_moving_average_is_what_gets_recalibrated() -> None:
     average, train = _fit(32, ema=0.9)
     mean, _ = _expected_first_bn(average, train[-2:])
     torch.testing.assert_close(average[1].running_mean, mean, rtol=1e-4, atol=1e-5)
+
+
+# -- issue 39 item 8: no host read of the batch count per layer per batch ------------------------------------
+class _CountedReads(torch.Tensor):
+    """A batch-norm layer's num_batches_tracked that counts `float()` of itself: the read torch's (and timm's)
+    batch norm makes on every forward when momentum is None (a device-to-host sync per layer per batch on CUDA)."""
+
+    reads = 0
+
+    def __float__(self) -> float:
+        type(self).reads += 1
+        return super().__float__()
+
+
+def _resnet18() -> torch.nn.Module:
+    from fasttrain.models.registry import create_model
+    torch.manual_seed(0)
+    return create_model("resnet18", num_classes=3)
+
+
+def _images(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 32, 32, generator=g) * 1.5 + 0.5, torch.zeros(n, dtype=torch.long)
+
+
+def test_the_reestimate_reads_no_batch_count_on_the_host() -> None:
+    """Each layer is given its momentum per batch (1, 1/2, 1/3, ...): the cumulative average without torch's
+    `float(num_batches_tracked)` on every forward (53 syncs a batch for ResNet-50 on a GPU)."""
+    model = _resnet18().train()
+    names = training_norms(model)
+    layers = [model.get_submodule(name) for name in names]
+    for m in layers:
+        m.num_batches_tracked = torch.Tensor._make_subclass(_CountedReads, m.num_batches_tracked)
+    seen: list[float | None] = []
+    layers[0].register_forward_pre_hook(lambda m, args: seen.append(m.momentum))
+    recent = RecentBatches(24)
+    for seed in range(3):
+        recent.add(_images(8, seed))
+    _CountedReads.reads = 0
+    recalibrate(model, names, recent, _identity, torch.no_grad)
+    assert _CountedReads.reads == 0, f"{_CountedReads.reads} host reads of num_batches_tracked"
+    assert seen == [1.0, 1 / 2, 1 / 3]
+    assert [m.momentum for m in layers] == [0.1] * len(layers)  # each layer's own momentum back
+    assert all(int(m.num_batches_tracked) == 3 for m in layers)   # counted as torch counts them
+
+
+def test_per_batch_momentum_gives_the_cumulative_average_on_resnet18() -> None:
+    """Unequal batches on a real resnet18 at 32 px: the statistics equal torch's own cumulative average
+    (momentum None) over the same batches, layer by layer."""
+    model = _resnet18().train()
+    names = training_norms(model)
+    batches = [_images(n, seed) for seed, n in enumerate((8, 5, 8, 3))]
+    reference = copy.deepcopy(model).eval()
+    for name in names:
+        m = reference.get_submodule(name)
+        m.reset_running_stats()
+        m.momentum = None
+        m.train()
+    with torch.no_grad():
+        for images, _ in batches:
+            reference(images)
+    recent = RecentBatches(24)
+    for b in batches:
+        recent.add(b)
+    assert len(recent) == 4
+    recalibrate(model, names, recent, _identity, torch.no_grad)
+    assert len(names) == 20
+    for name in names:
+        ours, theirs = model.get_submodule(name), reference.get_submodule(name)
+        torch.testing.assert_close(ours.running_mean, theirs.running_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ours.running_var, theirs.running_var, rtol=1e-5, atol=1e-6)

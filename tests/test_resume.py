@@ -88,6 +88,11 @@ def test_sigterm_mid_epoch_then_resume_is_bit_identical(work: Path, reference: P
     assert (a["epoch"], b["epoch"]) == (2, 2)
     for key in ("model", "optimizer", "schedule", "sampler"):
         _assert_same_tensors(a[key], b[key], key)
+    # the cpu preset averages the weights (optim.ema_decay): the average resumes exactly too. Not its batch-norm
+    # statistics: each validation re-estimates them on the epoch's batches this process trained (norm_stats.py)
+    averaged = {k: v for k, v in a["ema"].items() if ".running_" not in k}
+    assert len(averaged) > 8
+    _assert_same_tensors(averaged, {k: v for k, v in b["ema"].items() if ".running_" not in k}, "ema")
     assert a["fit"]["history"][1]["train_loss"] == b["fit"]["history"][1]["train_loss"]  # partial sums carried over
     rows = [line for line in (run / "metrics.jsonl").read_text().splitlines() if json.loads(line)["kind"] == "epoch"]
     assert len(rows) == 2  # epoch 1 from the first process, epoch 2 appended by the resumed one

@@ -68,7 +68,11 @@ class Schedule:
     def __init__(self) -> None:
         self.step, self.total = 0, 1000
 
-    def replan(self, total_steps: int) -> None:
+    @property
+    def total_steps(self) -> int:
+        return self.total
+
+    def replan(self, total_steps: int, *, measured: bool = True) -> None:
         self.total = total_steps
 
 
@@ -116,8 +120,12 @@ def test_a_resumed_run_continues_with_what_is_left() -> None:
 # -- a real budgeted run ------------------------------------------------------------------------------------
 def test_a_short_budgeted_run_ends_its_schedule_and_says_what_it_used(cli, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
     from loop_helpers import TINY_PROFILE, write_image_folder
     monkeypatch.chdir(tmp_path)
+    # In-process, "when the process started" is when pytest did, maybe minutes ago: the command starts now.
+    monkeypatch.setattr("fasttrain.train.run.opening.process_started_at", lambda pid=None: time.time())
     write_image_folder(tmp_path / "data", train_per_class=16)
     (tmp_path / "tiny.yaml").write_text(TINY_PROFILE.replace("epochs: 2", "epochs: 1000"))
     res = cli("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--time-budget", "25s",

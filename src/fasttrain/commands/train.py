@@ -138,7 +138,7 @@ def train_cmd(
     if prep.args.launch is not None:  # this process is the agent: the workers train
         from fasttrain.train.signals.lifecycle import train_signals
         train_signals.hand_over()  # torch.distributed.run's agent forwards signals to its workers
-        raise typer.Exit(_launch(prep))
+        raise typer.Exit(_launch(prep, api.started_at if api is not None else None))
     from fasttrain.train.signals.lifecycle import train_signals
     try:
         summary = train_run.execute(prep, display=(api.display if api is not None else None) or _dashboard,
@@ -153,15 +153,18 @@ def train_cmd(
         raise typer.Exit(summary["exit_code"])
 
 
-def _launch(prep: "Prepared") -> int:
-    """Start the workers with this command line minus the launch flags; -> the job's exit code."""
+def _launch(prep: "Prepared", started_at: Optional[float]) -> int:
+    """Start the workers with this command line minus the launch flags; -> the job's exit code. The workers'
+    clock (a time budget, the time to accuracy) starts at `started_at` (the API call) or this process's start."""
     from fasttrain.train.parallel import launch
+    from fasttrain.train.run.opening import process_started_at
     spec, plan = prep.args.launch, prep.plan
     assert spec is not None
     threads = None
     if plan.device == "cpu":
         threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)
-    return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads)
+    return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads,
+                         started_at=started_at if started_at is not None else process_started_at())
 
 
 def _dashboard(display: "RunDisplay") -> "Dashboard":
@@ -174,7 +177,7 @@ def _dashboard(display: "RunDisplay") -> "Dashboard":
     return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
                      stream=display.stream, report=display.report, telemetry=display.telemetry,
                      forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,
-                     input_gain=display.input_gain, classes=display.classes)
+                     input_gain=display.input_gain, classes=display.classes, deadline=display.deadline)
 
 
 def _given(ctx: typer.Context) -> set[str]:

@@ -1,8 +1,9 @@
 """Plan + model cost + device ceilings -> Forecast. Pure: no I/O, no torch, testable on fixed inputs.
 
 Speed: a per-op roofline (roofline.py) with calibrated efficiencies (calibration.py). Memory (memory.py): weights,
-gradients, optimizer state, autocast weight copies, activations (saved-for-backward bytes counted on the
-meta device) and workspace against the device. Host RAM: loader buffers + processes against the machine.
+gradients, optimizer state, autocast weight copies, the weights' moving average (optim.ema_decay), activations
+(saved-for-backward bytes counted on the meta device) and workspace against the device. Host RAM: loader
+buffers + processes against the machine.
 Units: seconds, bytes, images/s, FLOP/s, USD.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a forecast run needs in memory: one device's training memory at a batch (weights, gradients, optimizer
-state, autocast copies, activations, workspace) and the largest batch that fits, and the host RAM the loaders,
+state, autocast copies, the weights' moving average, activations, workspace) and the largest batch that fits, and the host RAM the loaders,
 processes and (on a CPU) the training take. Pure: from the model's counts, the plan and calibrated constants."""
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class MemoryBudget:
     gradients: int
     optimizer_state: int
     autocast_copies: int
+    ema: int                   # the moving average of the weights (optim.ema_decay): one more copy, 0 without
     activations: int
     workspace: int
     total: int
@@ -47,15 +48,19 @@ def optimizer_state_bytes(params: int, optimizer: str, momentum: float) -> int:
 
 
 def memory_budget(params: int, activation_bytes_per_sample: float, batch: int, precision: str, optimizer: str,
-                  momentum: float, capacity: int | None, constants: dict[str, Any], on_gpu: bool = True) -> MemoryBudget:
-    """Training memory of one device at `batch`, and the largest batch that fits `capacity` (None: unknown)."""
+                  momentum: float, capacity: int | None, constants: dict[str, Any], on_gpu: bool = True, *,
+                  ema: bool = False) -> MemoryBudget:
+    """Training memory of one device at `batch`, and the largest batch that fits `capacity` (None: unknown).
+    `ema`: a moving average of the weights is kept (train/loop/ema.py): a copy of the weights in their dtype (fp32:
+    mixed precision autocasts, the weights stay fp32) on the same device."""
     weights = params * 4
     gradients = params * 4
     opt = optimizer_state_bytes(params, optimizer, momentum)
     copies = params * constants["autocast_weight_copy_bytes_per_param"] if precision != "fp32" else 0
+    average = weights if ema else 0
     per_sample = activation_bytes_per_sample * constants["allocator_overhead"]
     activations = int(per_sample * batch)
-    fixed_state = int((weights + gradients + opt + copies) * constants["allocator_overhead"])
+    fixed_state = int((weights + gradients + opt + copies + average) * constants["allocator_overhead"])
     workspace = constants["workspace_bytes"] + constants["cuda_context_bytes"] if on_gpu else 0
     total = fixed_state + activations + workspace
     fits = largest = None
@@ -63,8 +68,8 @@ def memory_budget(params: int, activation_bytes_per_sample: float, batch: int, p
         fits = total <= capacity
         room = capacity - fixed_state - workspace
         largest = max(0, math.floor(room / per_sample)) if per_sample > 0 else None
-    return MemoryBudget(weights, gradients, opt, copies, activations, workspace, total, capacity, fits, largest,
-                        activation_bytes_per_sample)
+    return MemoryBudget(weights, gradients, opt, copies, average, activations, workspace, total, capacity, fits,
+                        largest, activation_bytes_per_sample)
 
 
 def host_budget(plan: Plan, profile: Profile, host_ram_bytes: int, constants: dict[str, Any],
@@ -83,11 +88,13 @@ def budgets(plan: Plan, profile: Profile, cost: Any, device: DeviceCeilings, hos
     and processes leave."""
     on_gpu = device.kind == "gpu"
     opt = profile.optim
+    ema = opt.ema_decay is not None
     mem = memory_budget(cost.params, cost.activation_bytes_per_sample, plan.batch_size, plan.precision,
-                        opt.optimizer, opt.momentum, device.memory_bytes if on_gpu else None, constants, on_gpu)
+                        opt.optimizer, opt.momentum, device.memory_bytes if on_gpu else None, constants, on_gpu,
+                        ema=ema)
     host = host_budget(plan, profile, host_ram_bytes, constants, on_gpu, 0 if on_gpu else mem.total)
     if not on_gpu:
         room = host_ram_bytes - host.loader_buffers - host.processes
         mem = memory_budget(cost.params, cost.activation_bytes_per_sample, plan.batch_size, plan.precision,
-                            opt.optimizer, opt.momentum, room, constants, on_gpu=False)
+                            opt.optimizer, opt.momentum, room, constants, on_gpu=False, ema=ema)
     return mem, host

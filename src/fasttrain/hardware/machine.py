@@ -199,13 +199,19 @@ def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | N
 
 def _ask_loaded_torch() -> tuple[dict | None, str | None]:
     """What the torch already imported in this process sees (same answer as the child, without 2.5 s)."""
+    import gc
+
     import torch
 
     from fasttrain.hardware import torch_child
     # Free memory only where this process already uses CUDA (a training process that chose its device): a
     # process that does not train here (the launcher of several workers) must not make a context on any GPU.
     try:
-        return torch_child.collect("current" if torch.cuda.is_initialized() else "none"), None
+        used = torch.cuda.is_initialized()
+        if used:  # an earlier run in this process (a notebook's first fasttrain.train()): what it left unreachable,
+            gc.collect()              # cycles too, is freed and the allocator's cache handed back, or the free
+            torch.cuda.empty_cache()  # memory read next counts them as used and the plan splits the batch
+        return torch_child.collect("current" if used else "none"), None
     except Exception as exc:  # a broken CUDA setup raising on first use
         return None, f"torch: {type(exc).__name__}: {exc}"
 

@@ -4,19 +4,20 @@ A micro-step that runs out of memory is retried by the step engine (step.py) on 
 of half the size (twice the accumulation), keeping the effective batch and the LR. An optimizer step that runs
 out of memory (the first one allocates the optimizer state) is retried once on the same gradients after the
 allocator's cache is freed, with per-parameter updates where it used multi-tensor ones (no full-size temporaries):
-a smaller batch would not help it, activations are gone by then. Off under DDP (one rank cannot change the batch
-alone) and in the batch search (it must see the out-of-memory error itself).
+a smaller batch would not help it, activations are gone by then. torch's optimizers update their param groups one
+after the other, so the error may come after some groups were updated: the retry steps only the groups the failed
+attempt left untouched (group_marks), so no parameter is updated twice. Off under DDP (one rank cannot change the
+batch alone) and in the batch search (it must see the out-of-memory error itself).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+import torch
 
 from fasttrain.core.errors import JobFailed
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
-
-if TYPE_CHECKING:
-    import torch
 
 
 class _Schedule(Protocol):
@@ -56,8 +57,10 @@ class OomBackoff:
     def retry_optimizer_step(self, run: Callable[[], None], optimizer: torch.optim.Optimizer,
                              device: torch.device, schedule: _Schedule, at: tuple[int, int, int]) -> None:
         """`run()` (the precision's optimizer step); out of memory once: freed, leaner, retried on the same
-        gradients, recorded and said. A second time, or with the back-off off, is the error (JobFailed when
-        nothing is left to try). `at`: (epoch, batch index, samples in the batch), 0-based."""
+        gradients for the param groups the failed attempt had not reached, recorded and said. A second time, or
+        with the back-off off, is the error (JobFailed when nothing is left to try). `at`: (epoch, batch index,
+        samples in the batch), 0-based."""
+        marks, states = group_marks(optimizer), len(optimizer.state)
         try:
             run()
             return
@@ -66,16 +69,27 @@ class OomBackoff:
                 raise
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         free_device_memory(device)  # outside the except block: the failed step's frames are gone
+        left = [i for i, mark in enumerate(group_marks(optimizer)) if mark == marks[i]]
+        forget_fresh_state(optimizer, left, states)
+        for leftover in ("grad_scale", "found_inf"):  # GradScaler.step sets them around a fused step and does not
+            if leftover in vars(optimizer):             # take them back when it fails: the retry's scale would be
+                delattr(optimizer, leftover)            # multiplied by the stale one
         lean = per_parameter_updates(optimizer)
         epoch, index, batch = at
         where = f"step {schedule.step + 1} (epoch {epoch + 1}, batch {index + 1})"
         micro = -(-batch // self.splits)
+        done = len(marks) - len(left)
         self.events.append({"epoch": epoch + 1, "batch": index + 1, "step": schedule.step + 1, "batch_from": micro,
                             "batch_to": micro, "stage": "optimizer step", "remedy": lean or "cache freed",
-                            "effective_batch": self.effective_batch, "lr": schedule.current()})
-        self.warn(f"out of memory in the optimizer step at {where} ({reason}): retried on the same gradients "
-                  f"after freeing cached memory{', with ' + lean if lean else ''}; batch unchanged")
-        try:
+                            "groups_retried": len(left), "effective_batch": self.effective_batch,
+                            "lr": schedule.current()})
+        retried = "retried on the same gradients after freeing cached memory" if left else "cached memory freed"
+        reached = f"; {done} of {len(marks)} param groups had been updated (or begun) and are not updated again" \
+            if done else ""
+        self.warn(f"out of memory in the optimizer step at {where} ({reason}): {retried}"
+                  f"{', with ' + lean if lean else ''}{reached}; batch unchanged")
+        aside = set_grads_aside(optimizer, left)
+        try:  # run even with no group left: the precision's step ends (GradScaler.update, the guard's record)
             run()
         except Exception as exc:  # noqa: BLE001
             if not is_out_of_memory(exc):
@@ -84,6 +98,9 @@ class OomBackoff:
                             "the weights, their gradients and the optimizer state do not fit (SGD with momentum "
                             "keeps 1x the weights, Adam/AdamW 2x); use a smaller model, optim.optimizer=sgd, or "
                             "a GPU with more memory") from None
+        finally:
+            for p, grad in aside:
+                p.grad = grad
 
     def restore(self, splits: int, events: list[dict[str, Any]]) -> None:
         """A resumed run keeps the micro-batch its checkpoint trained with."""
@@ -100,6 +117,47 @@ def per_parameter_updates(optimizer: torch.optim.Optimizer) -> str | None:
             group["foreach"] = False
             changed = True
     return "per-parameter updates from now on (no multi-tensor temporaries)" if changed else None
+
+
+def group_marks(optimizer: torch.optim.Optimizer) -> list[tuple[Any, ...]]:
+    """For each param group, whether an optimizer step has begun on it: the in-place version counters
+    (`Tensor._version`, one more for each in-place change) of its first parameter with a gradient and of that
+    parameter's optimizer state (a state tensor not changed since it was made counts as no state: the lazy start
+    of a group that was not updated). torch steps the groups one after the other, and in a group changes the first
+    parameter first or with all the others (multi-tensor and fused kernels, their device/dtype buckets in the
+    parameters' order): a mark that changed says the step reached that group. A few counters a group cost
+    microseconds a step, where every parameter's would cost 0.1 ms. `_version` is private but stable:
+    autograd's check that a tensor saved for backward was not changed since rests on it."""
+    marks = []
+    for group in optimizer.param_groups:
+        first = next((p for p in group["params"] if p.grad is not None), None)
+        state = optimizer.state.get(first) if first is not None else None
+        marks.append((None,) if first is None else
+                     (first._version, *((id(v), v._version) for v in (state or {}).values()
+                                         if isinstance(v, torch.Tensor) and v._version)))
+    return marks
+
+
+def forget_fresh_state(optimizer: torch.optim.Optimizer, groups: list[int], before: int) -> None:
+    """Drop the optimizer state a failed step began for the parameters of `groups` (it made it, changed nothing
+    with it, and may have stopped half-way: Adam's exp_avg without its exp_avg_sq). `before`: how many parameters
+    had state before the step; torch's state dict keeps the order it was filled in."""
+    fresh = list(optimizer.state)[before:]
+    if not fresh:
+        return
+    retried = {id(p) for i in groups for p in optimizer.param_groups[i]["params"]}
+    for p in fresh:
+        if id(p) in retried:
+            del optimizer.state[p]
+
+
+def set_grads_aside(optimizer: torch.optim.Optimizer, keep: list[int]) -> list[tuple[torch.Tensor, Any]]:
+    """Gradients of the param groups not in `keep` set to None (an optimizer skips such parameters) ->
+    (parameter, gradient) pairs to give back."""
+    aside = [(p, p.grad) for i, group in enumerate(optimizer.param_groups) if i not in keep for p in group["params"]]
+    for p, _ in aside:
+        p.grad = None
+    return aside
 
 
 def take_grads(params: list[torch.Tensor]) -> list[torch.Tensor | None]:

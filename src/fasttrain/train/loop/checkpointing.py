@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.loop.weak_sink import weak_sink
 from fasttrain.train.state.checkpoint import CheckpointPolicy, load_model_state, weights_payload
+from fasttrain.train.state.integrity import to_host
 from fasttrain.train.state.rng import restore_rng_states
 from fasttrain.train.state.run_state import Resume, RunState
 
@@ -56,7 +58,7 @@ class Checkpointer:
     def __init__(self, policy: CheckpointPolicy | None, warn: Callable[[str], None],
                  clock: Callable[[], float] = time.monotonic):
         self.policy = policy
-        self.warn = warn
+        self.warn = weak_sink(warn)  # the Trainer's own method: held weakly, no cycle keeping the Trainer alive
         self.clock = clock
         self.last_good: Path | None = None      # newest checkpoint known to be complete
         self.errors: list[str] = []
@@ -65,8 +67,9 @@ class Checkpointer:
         self.last_write = clock()
 
     def new_best(self, model: torch.nn.Module, epoch: int, val_acc1: float | None) -> None:
-        """Keep the best weights (a host copy: training goes on changing the model's own tensors)."""
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        """Keep the best weights (a host copy: training goes on changing the model's own tensors), copied in one go
+        (to_host: no blocking copy, and on a GPU no sync, per tensor)."""
+        weights = to_host(model.state_dict(), copy=True)
         self.best = weights_payload(weights, epoch=epoch, val_acc1=val_acc1)
 
     def due(self, state: RunState) -> bool:

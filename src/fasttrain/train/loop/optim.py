@@ -78,10 +78,15 @@ class LRSchedule:
     step_epochs: int = 30
     step_gamma: float = 0.1
     plateau_patience: int = 3
+    warmup_target: int | None = None  # the profile's warm-up (steps); a time budget's plans cut it to a fifth of theirs
     step: int = 0                     # optimizer steps taken
     plateau_factor: float = 1.0       # product of plateau reductions so far
     _best: float = field(default=math.inf)
     _bad_epochs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.warmup_target is None:
+            self.warmup_target = self.warmup_steps
 
     @classmethod
     def from_spec(cls, optimizer: torch.optim.Optimizer, spec: OptimSpec, *, peak_lr: float,
@@ -108,13 +113,20 @@ class LRSchedule:
     def advance(self) -> None:
         self.step += 1
 
-    def replan(self, total_steps: int) -> None:
+    def replan(self, total_steps: int, *, measured: bool = True) -> None:
         """A time budget moved the end: the schedule now ends (cosine: at its floor) at optimizer step
-        `total_steps`. Planned before the first step, a warm-up longer than a fifth of the run is cut to that
-        (later, it is left alone: the LR must not jump)."""
+        `total_steps`. The warm-up is the profile's, at most a fifth of the plan, and moves with each plan while
+        its end is still ahead (in the first fifth of the run: the LR stays under the ramp's line, and a plan
+        that grows gives back the warm-up a smaller one took); a plan with no room for it (under 5 steps: a
+        guessed reserve may leave 0) leaves it alone. A `measured` plan (from step times the run measured, not
+        the forecast's guess) that ends the run before the ramp would ends the ramp now, so the LR still
+        reaches its floor."""
         self.total_steps = max(1, total_steps)
-        if self.step == 0:
-            self.warmup_steps = min(self.warmup_steps, self.total_steps // 5)
+        wanted = min(self.warmup_target or 0, self.total_steps // 5)
+        if self.step < wanted:
+            self.warmup_steps = wanted
+        elif measured and self.step < self.warmup_steps:
+            self.warmup_steps = self.step
 
     def epoch_end(self, val_loss: float | None) -> None:
         """Plateau: divide the LR by 10 after `plateau_patience` epochs without a lower validation loss."""

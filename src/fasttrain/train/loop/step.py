@@ -30,11 +30,13 @@ from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.loop.backoff import OomBackoff, give_back_grads, take_grads
 from fasttrain.train.loop.batches import Batch, unpack_batch, window_length
+from fasttrain.train.loop.ema import WeightAverage
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
 from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
 from fasttrain.train.loop.transfer import DeviceCopy
+from fasttrain.train.loop.weak_sink import weak_sink
 
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
@@ -86,7 +88,7 @@ class StepEngine:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.guard = NonFiniteGuard(self.device)
         self.copy = DeviceCopy(self.device, channels_last=settings.channels_last, non_blocking=settings.non_blocking)
-        self.ema: Any = None    # timm.utils.ModelEmaV3 over the module when optim.ema_decay asks for it
+        self.ema: WeightAverage | None = None  # the moving average of the module when optim.ema_decay asks for it
         self.notes = list(notes or [])  # what getting the model ready said (threads, checkpointing, ...)
         self.warnings = warnings or Warnings(lambda text: None)
 
@@ -113,9 +115,8 @@ class StepEngine:
         precision = make_precision(plan.precision, plan.device, guard=nonfinite_guard)
         engine = cls(module, runner, optimizer, schedule, precision, settings, backoff, mixup=mixup,
                      notes=notes + (dist.notes if dist is not None else []), warnings=warnings)
-        if optim.ema_decay is not None:
-            from timm.utils import ModelEmaV3  # warm-up: the average starts short and lengthens (short runs work)
-            engine.ema = ModelEmaV3(module, decay=optim.ema_decay, use_warmup=True)
+        if optim.ema_decay is not None:  # of the unwrapped module, on its device: ema.py's tensor pairs are its own
+            engine.ema = WeightAverage(module, optim.ema_decay)
         return engine
 
     # -- the step ------------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ class StepEngine:
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.advance()
         if self.ema is not None:
-            self.ema.update(self.module, step=self.schedule.step)
+            self.ema.update(self.schedule.step)
         return norm
 
     # -- around the step -----------------------------------------------------------------------------
@@ -259,8 +260,9 @@ class StepEngine:
         self.optimizer.zero_grad(set_to_none=True)
 
     def on_warning(self, sink: Callable[[str], None]) -> None:
-        """From now on the engine's warnings go to `sink` (the loop's: deduplicated, shown, kept for the summary)."""
-        self.warnings.sink = sink
+        """From now on the engine's warnings go to `sink` (the loop's: deduplicated, shown, kept for the summary),
+        a bound method held weakly: the loop owns the engine, and a cycle would keep it alive until a gc."""
+        self.warnings.sink = weak_sink(sink)
 
     def train_mode(self, training: bool) -> None:
         self.top.train(training)

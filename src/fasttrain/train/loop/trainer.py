@@ -4,7 +4,7 @@ here, copy and compute by the engine (CUDA events read back once per logged step
 (SIGTERM/SIGINT) is honoured after the micro-step in flight (an open accumulation window is taken back and trained
 again after the resume; under DDP at the next optimizer step): a mid-epoch checkpoint, then `Interrupted`; the same
 checkpoint every `save_every_s` s (signals/stop_control.py). `restore()` continues at the batch after it. Under DDP
-the ranks agree on stops and saves and sum their metrics; only rank 0 writes checkpoints."""
+the ranks agree on stops, saves and a time budget's plan (budget.py) and sum their metrics; only rank 0 writes."""
 from __future__ import annotations
 
 import time
@@ -47,7 +47,7 @@ class Trainer:
         self.listeners = self.io.listeners()
         self.reporter = StepReporter(self.io.telemetry, self.listeners, self.io.bad)
         self.options = options
-        self.control = StopControl(stop, options.save_every_s, dist)
+        self.control = StopControl(stop, options.save_every_s, dist, options.budget)
         self.dist = dist
         self.world = dist.size if dist is not None else 1
         self.notes: list[str] = list(engine.notes)
@@ -141,25 +141,23 @@ class Trainer:
                 self.reporter.flush(pending)
                 pending, last_log = [], time.perf_counter()
             window = [] if out.closed else [*window, out]
-            if out.closed and i + 1 < n:
-                self._stop_or_save(epoch, i, pending, sums)
-                if self.options.budget is not None and self.options.budget.after_step(out.step):
-                    break  # the budget's last step: the epoch ends here, validated and saved as any other
+            if out.closed and i + 1 < n and self._stop_or_save(epoch, i, pending, sums):
+                break  # the time budget's last step (agreed by the ranks): the epoch ends here, validated and saved
         self.reporter.flush(pending)
         self._partial = None
 
-    def _stop_or_save(self, epoch: int, i: int, pending: list[PendingStep], sums: EpochSums) -> None:
+    def _stop_or_save(self, epoch: int, i: int, pending: list[PendingStep], sums: EpochSums) -> bool:
         """After an optimizer step inside the epoch: write the mid-epoch checkpoint when a stop was requested
-        (then raise Interrupted) or a periodic save is due."""
-        stopping, due = self.control.after_step(self.engine.schedule.step)
-        if not (stopping or due):
-            return
-        self.reporter.flush(pending)
-        pending.clear()
-        self._partial = sums.partial(self.dist)
-        path = self._checkpoint(epoch, consumed_batches=self.batch_in_epoch - self.pass_start)
-        if stopping:
-            raise self.control.interrupted(path, epoch, i + 1, self.engine.schedule.step)
+        (then raise Interrupted) or a periodic save is due. -> the time budget is spent (this was the last step)."""
+        stopping, due, spent = self.control.after_step(self.engine.schedule.step)
+        if stopping or due:
+            self.reporter.flush(pending)
+            pending.clear()
+            self._partial = sums.partial(self.dist)
+            path = self._checkpoint(epoch, consumed_batches=self.batch_in_epoch - self.pass_start)
+            if stopping:
+                raise self.control.interrupted(path, epoch, i + 1, self.engine.schedule.step)
+        return spent
 
     def validate(self, loader: Iterable[Any], max_batches: int | None = None, epoch: int = 0) -> dict[str, Any]:
         """Loss, acc@1, acc@5 over the validation set, one sync at the end; epoch (1-based): its class counts kept."""
@@ -170,15 +168,14 @@ class Trainer:
     # -- the whole run -------------------------------------------------------------------------------
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None, epochs: int, *,
             set_epoch: Callable[[int], None] | None = None) -> FitResult:
-        started = time.perf_counter()
-        start = self._start
-        # Fail in seconds, not after a whole epoch, when validation is broken: 2 batches first.
-        sanity = self.validate(val_loader, max_batches=2) if val_loader is not None else None
+        started, start, pace = time.perf_counter(), self._start, self.options.budget
+        # Fail in seconds, not after a whole epoch, when validation is broken: 2 batches first (a budget times them).
+        sanity = None if val_loader is None else self.validate(pace.timed(val_loader) if pace else val_loader, 2)
+        if pace is not None:  # the reserve for the end: a whole validation (budget_reserve.py) and the last write
+            pace.start_after(sanity, val_loader, self.checkpoints.expected_s(self.model, self.engine.optimizer))
         self._result = FitResult(self.progress, sanity=sanity, notes=self.notes)
         if self._resumed is not None:  # after the sanity check: the next batch sees what it saw before
             restore_rank_rng(self._resumed, self.dist)
-        if self.options.budget is not None:
-            self.options.budget.start(self._end_estimate(sanity, val_loader))
         if self.io.telemetry is not None:
             self.io.telemetry.start()
         try:
@@ -198,7 +195,6 @@ class Trainer:
         for epoch in range(start.finished_epochs, epochs):
             if set_epoch is not None:
                 set_epoch(epoch)
-            epoch_started, steps_before = time.perf_counter(), self.engine.schedule.step
             first = start.batch if epoch == start.epoch and start.batch > 0 else 0
             partial = self._resumed.partial if first and self._resumed is not None else None
             row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
@@ -210,7 +206,8 @@ class Trainer:
             if self.progress.add_epoch(row) and self.io.checkpoints is not None:
                 self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
             stopped_early = self.progress.out_of_patience(self.options.patience)
-            spent = self._budget_spent(row, time.perf_counter() - epoch_started, steps_before)
+            spent = self.options.budget is not None and self.options.budget.epoch_end(  # agreed by the ranks
+                row, self.checkpoints.expected_s(self.model, self.engine.optimizer))
             stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
             # The row first, then the save: metrics.jsonl and the display do not wait for the write (0.6 s for
             # resnet18 + AdamW); a resume drops a row logged after its checkpoint (run/logfix.py): logs stay in step.
@@ -227,24 +224,6 @@ class Trainer:
             if stop:
                 raise self.control.interrupted(self.last_good, epoch + 1, 0, self.engine.schedule.step)
         return stopped_early
-
-    def _end_estimate(self, sanity: dict[str, Any] | None, val_loader: Iterable[Any] | None) -> float:
-        """Seconds the end of a budgeted run needs: a whole validation (the 2-batch sanity check scaled up) and
-        the final checkpoint."""
-        val_s = 0.0
-        if sanity and val_loader is not None and hasattr(val_loader, "__len__"):
-            val_s = float(sanity.get("val_s") or 0.0) * max(1, len(val_loader)) / 2
-        return val_s + self.checkpoints.expected_s(self.model, self.engine.optimizer)
-
-    def _budget_spent(self, row: dict[str, Any], epoch_s: float, steps_before: int) -> bool:
-        """A time budget re-planned from this epoch (its steps, its validation and checkpoint overhead); -> the
-        budget is spent: this was the last epoch."""
-        pace = self.options.budget
-        if pace is None:
-            return False
-        end = float(row.get("val_s") or 0.0) + self.checkpoints.expected_s(self.model, self.engine.optimizer)
-        return pace.after_epoch(row["train_s"], self.engine.schedule.step - steps_before,
-                                max(0.0, epoch_s - row["train_s"]), end)
 
     def _validation_row(self, loader: Iterable[Any] | None, epoch: int) -> dict[str, Any]:
         if loader is None:

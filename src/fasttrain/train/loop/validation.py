@@ -24,12 +24,13 @@ def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | N
     """-> val_loss, val_acc1, val_acc5 (None under 5 classes), val_images, val_s (seconds); summed over ranks.
     `test_flip`: the logits of each image and of its mirror image, averaged (twice the validation compute).
     `norms`: the last training batches, on which the batch-norm statistics of the validated weights are first
-    re-estimated (norm_stats.py; their seconds count in val_s). `classes_to`: handed the [true, predicted] counts
-    of the same top-1 (summed over ranks, on the host), or None with the class count when there are too many."""
+    re-estimated (norm_stats.py; under DDP averaged over the ranks, so all validate the same statistics; their
+    seconds count in val_s). `classes_to`: handed the [true, predicted] counts of the same top-1 (summed over
+    ranks, on the host), or None with the class count when there are too many."""
     device = engine.device
     started = time.perf_counter()
     if norms is not None:
-        reestimate(engine, norms)
+        reestimate(engine, norms, dist)
     engine.train_mode(False)
     # Under DDP the eager module: DDP's forward may broadcast buffers, a collective that ranks with unequal
     # validation shards would not all reach.
@@ -46,7 +47,10 @@ def evaluate(engine: StepEngine, loader: Iterable[Any], *, dist: DistContext | N
         with engine.precision.autocast():
             logits = run(images)
             if test_flip:
-                logits = (logits.float() + run(images.flip(-1)).float()) / 2
+                # A copy before the mirrored pass: under compile mode reduce-overhead each call replays a CUDA
+                # graph into the same output buffer, and in fp32 .float() would be that buffer itself.
+                first = logits.to(torch.float32, copy=True)
+                logits = (first + run(images.flip(-1)).float()) / 2
         logits = logits.float()
         classes = logits.shape[1]
         loss_sum += torch.nn.functional.cross_entropy(logits, targets, reduction="sum")

@@ -73,6 +73,19 @@ class DistContext:
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.control)
         return counts
 
+    def weighted_mean(self, values: torch.Tensor, weight: float) -> torch.Tensor | None:
+        """The mean over all ranks of `values` (one flat float tensor on this rank's device), each rank's counted
+        `weight` times; None when every weight is 0 (e.g. the batch-norm statistics validation re-estimates)."""
+        total = self.sums(float(weight))[0]  # host floats: the control group
+        if total <= 0:
+            return None
+        # The tensor goes through the default group, on its own device: on GPUs that is NCCL, queued on the
+        # stream like a kernel (the gloo control group would need a copy to the host, a sync, and one back); on
+        # CPUs it is gloo over the CPU tensor. No DDP collective is in flight here: the backward is done.
+        share = values * (weight / total) if weight else torch.zeros_like(values)
+        dist.all_reduce(share, op=dist.ReduceOp.SUM)
+        return share
+
     def max(self, value: int) -> int:
         """The largest `value` of all ranks (e.g. a signal number one rank received, 0 for none)."""
         t = torch.tensor([value], dtype=torch.int64)
@@ -97,8 +110,9 @@ class DistContext:
 
 
 class StopVote:
-    """All ranks post (signal number or 0, save due) after every optimizer step and act on the result of the
-    previous post: the agreed signal is the largest any rank received."""
+    """All ranks post the same number of integers after every optimizer step (signal number or 0, save due, then a
+    time budget's ballot: loop/budget.Ballot.votes) and act on the result of the previous post, their MAX element by
+    element: the agreed signal is the largest any rank received."""
 
     def __init__(self, ctx: DistContext):
         self.ctx = ctx
@@ -107,22 +121,27 @@ class StopVote:
 
     def exchange(self, signal: int, due: bool) -> tuple[int, bool]:
         """Post this step's flags; -> the agreed (signal, due) of the previous post ((0, False) at first)."""
+        agreed = self.post(signal, int(due))
+        return (int(agreed[0]), bool(agreed[1])) if agreed is not None else (0, False)
+
+    def post(self, *values: int) -> tuple[int, ...] | None:
+        """Post this step's integers; -> the MAX over the ranks of the previous post (None: none in flight)."""
         agreed = self._collect()
-        self._posted = torch.tensor([signal, int(due)], dtype=torch.int64)
+        self._posted = torch.tensor(values, dtype=torch.int64)
         self._work = dist.all_reduce(self._posted, op=dist.ReduceOp.MAX, group=self.ctx.control, async_op=True)
         return agreed
 
-    def drain(self) -> tuple[int, bool]:
+    def drain(self) -> tuple[int, ...]:
         """Wait for the last post (end of a pass: no collective may be left in flight)."""
-        return self._collect()
+        return self._collect() or (0, 0)
 
-    def _collect(self) -> tuple[int, bool]:
+    def _collect(self) -> tuple[int, ...] | None:
         if self._work is None or self._posted is None:
-            return 0, False
+            return None
         self._work.wait()
-        signal, due = self._posted.tolist()
+        agreed = tuple(int(v) for v in self._posted.tolist())
         self._work, self._posted = None, None
-        return int(signal), bool(due)
+        return agreed
 
 
 def init(world: WorkerWorld, device_type: str) -> DistContext:

@@ -7,7 +7,9 @@ LOCAL_RANK, ... in its environment (worker_world() reads them; `torchrun -m fast
 One machine uses a standalone rendezvous on a free local port; several use the static one (node 0 hosts the
 store at --rdzv-endpoint, so global rank 0, the one that writes checkpoints, is always on node 0).
 The agent forwards SIGTERM/SIGINT to the workers (they live in their own sessions), which agree on a step,
-save and stop (ddp.StopVote); a worker that fails makes the agent stop the others.
+save and stop (ddp.StopVote); a worker that fails makes the agent stop the others. The workers are told when
+the command started (LAUNCHED_AT_ENV): a time budget and the time to accuracy count from there, not from their
+own start seconds later.
 
 Torch-free at import (cli.py imports it to remember the command line); torch.distributed.run is imported
 only in launch().
@@ -27,6 +29,8 @@ LAUNCH_FLAGS = {"--nproc-per-node": True, "--nnodes": True, "--node-rank": True,
                 "--rdzv-timeout": True}
 # torchrun's env contract (torch.distributed.run docs: "Definitions").
 WORKER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+# time.time() when the command that launched the workers started (run/opening.py run_started_at reads it).
+LAUNCHED_AT_ENV = "FASTTRAIN_LAUNCHED_AT"
 
 _argv: list[str] = []
 
@@ -120,12 +124,17 @@ def cpu_threads_per_process(cores: int, nproc_per_node: int, workers: int) -> in
     return max(1, cores // max(1, nproc_per_node) - workers)
 
 
-def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | None = None) -> int:
+def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | None = None,
+           started_at: float | None = None) -> int:
     """Run the job; -> the exit code this process should end with (0, or the first failed worker's).
+    `started_at`: time.time() the command started, handed to the workers (None: they read their agent's start,
+    this process's: run/opening.run_started_at).
     A rendezvous that does not form within the timeout is a UserError (exit 2) that says what to check."""
     check_spec(spec)
     if omp_threads is not None and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(omp_threads)
+    if started_at is not None:
+        os.environ[LAUNCHED_AT_ENV] = repr(started_at)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

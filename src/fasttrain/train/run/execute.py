@@ -49,11 +49,17 @@ def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: Te
     """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first.
     `display`: the command's display (its dashboard), built from a RunDisplay once the loaders exist;
     None shows nothing. `launched_at`: time.time() the run's clock starts from (time to accuracy, the time
-    budget); default: when this process started, so the command's own start-up counts."""
+    budget); default: when this process (a torchrun worker: its launcher) started, so the command's own start-up
+    counts."""
     from fasttrain.train.parallel import ddp
-    launched = launched_at if launched_at is not None else opening.process_started_at()
+    launched = launched_at if launched_at is not None else opening.run_started_at(prep.world)
     with ddp.joined(prep.world, prep.plan.device) as dist:
-        return _execute(prep, stream, dist, display or _no_display, launched)
+        try:
+            return _execute(prep, stream, dist, display or _no_display, launched)
+        finally:  # on a GPU what the run held is handed back now (a notebook's next cell): torch's first optimizer
+            if prep.plan.device == "cuda":  # imports torch._dynamo, whose import keeps the frames that called it
+                from fasttrain.train.loop.oom import free_device_memory  # (the engine's builders) until a collection
+                free_device_memory("cuda")
 
 
 @contextlib.contextmanager
@@ -121,12 +127,14 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
                budget_source=budget[1] if budget else None,
                first_step_s=(forecast or {}).get("step_time_s"))
     epochs = prep.resolved.profile.optim.epochs if budget is None else \
-        _budget_epochs(budget[0], run.first_step_s, batches, plan.accumulation_steps, prep.resolved.profile.optim.epochs)
+        _budget_epochs(budget[0], run.first_step_s, batches, plan.accumulation_steps, prep.resolved.profile.optim.epochs,
+                       prep.resume.state.position.epoch if prep.resume is not None else 0)
     with display(RunDisplay(plan, total_batches=batches * epochs, epochs=epochs, stream=out, report=prep.report,
                             telemetry=run.telemetry, forecast=run.forecast, quiet=not prep.shows_progress,
                             plain=args.json, data_kind=prep.bundle.kind, measured=opening.measured_here(prep),
                             input_gain=opening.input_gain(prep) if main else None,
-                            classes=classes_text(prep.bundle.num_classes, prep.bundle.class_names))) as listener:
+                            classes=classes_text(prep.bundle.num_classes, prep.bundle.class_names),
+                            deadline=budget[0].deadline if budget else None)) as listener:
         listener.on_run_start(plan, opening_notes(prep))
         if words := weights_words(prep):  # where the starting weights come from (--weights' counts, the cache)
             listener.on_message(f"weights: {words}")
@@ -142,13 +150,15 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
 EPOCH_CAP = 100_000  # a budgeted run's epochs: the budget ends it, never this
 
 
-def _budget_epochs(budget: TimeBudget, step_s: float | None, batches: int, accumulation: int, fallback: int) -> int:
-    """The epochs a budget buys at the forecast's step time, for the display's progress (the run re-plans)."""
+def _budget_epochs(budget: TimeBudget, step_s: float | None, batches: int, accumulation: int, fallback: int,
+                   start_epoch: int = 0) -> int:
+    """The epochs a budget buys at the forecast's step time, for the display's progress (the run re-plans), after
+    the `start_epoch` a resume continues from (a resumed run read `epoch 3/1`)."""
     from fasttrain.train.loop.budget import steps_that_fit
     if not step_s:
-        return fallback
+        return max(fallback, start_epoch + 1)
     steps = steps_that_fit(budget.training_left_s(), step_s * max(1, accumulation))
-    return max(1, math.ceil(steps / max(1, math.ceil(batches / max(1, accumulation)))))
+    return start_epoch + max(1, math.ceil(steps / max(1, math.ceil(batches / max(1, accumulation)))))
 
 
 def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, stop: GracefulStop) -> Trainer:
@@ -177,7 +187,8 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     steps_per_epoch = math.ceil(run.batches / accumulation)
     pace = BudgetPace(run.budget, engine.schedule, steps_per_epoch,
                       first_step_s=run.first_step_s * accumulation if run.first_step_s else None,
-                      max_steps=args.epochs * steps_per_epoch if args.epochs else None) \
+                      max_steps=args.epochs * steps_per_epoch if args.epochs else None, dist=run.dist,
+                      reestimate_images=profile.optim.precise_bn_images) \
         if run.budget is not None else None
     options = LoopOptions(budget=pace, on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,

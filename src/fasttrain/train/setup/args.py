@@ -66,8 +66,8 @@ def _check_values(args: TrainArgs) -> None:
 
 
 def _check_budget(args: TrainArgs) -> None:
-    """A budget's values (also a resumed run's saved ones); one budget at a time; one process (the ranks of a
-    data-parallel job would have to agree on the clock: not supported yet)."""
+    """A budget's values (also a resumed run's saved ones); one budget at a time. Any launch: the ranks of a
+    data-parallel job agree on the budget's stop and plan (loop/budget.py), counted from the launcher's start."""
     from datetime import datetime
 
     from fasttrain.train.setup.budget_args import deadline_seconds
@@ -82,9 +82,6 @@ def _check_budget(args: TrainArgs) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value <= 0):
             raise UserError([Problem(flag, "must be a positive number", value=value)])
-    if given and args.launch is not None:
-        raise UserError([Problem(given[0], "a time budget runs in one process for now",
-                                 "drop --nproc-per-node, or train for a number of --epochs")])
 
 
 def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[str, tuple[str, Any]]:

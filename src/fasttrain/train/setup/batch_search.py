@@ -4,7 +4,8 @@ The search arithmetic (doubling, bisection, the safety margin, accumulation) is 
 This module runs it on the device: `step_trial(...)` runs the real
 training step (synthetic.run_synthetic_steps: forward, backward, optimizer step, in the plan's precision and
 memory format) and reports an out-of-memory as a failed trial after freeing what the step held.
-Results are cached per (model, image size, precision, memory format, optimizer, GPU, torch version) in
+Results are cached per (model, image size, precision, memory format, optimizer, moving average of the weights on
+or off, GPU, torch version) in
 $FASTTRAIN_CACHE/batch_cache.json (default ~/.cache/fasttrain), so a second run starts at once.
 torch is imported inside functions only: commands import this module.
 """
@@ -44,10 +45,14 @@ def cache_path() -> Path:
 
 
 def cache_key(*, model: str, image_size: int, precision: str, channels_last: bool, optimizer: str, device_name: str,
-              torch_version: str, activation_checkpointing: bool = False) -> str:
+              torch_version: str, activation_checkpointing: bool = False, ema: bool = False) -> str:
+    """`ema`: the trials kept a moving average of the weights (optim.ema_decay), one more copy of them on the
+    device; an answer found without it does not fit with it (keys without "|ema", older ones too, mean off)."""
     fmt = "channels_last" if channels_last else "contiguous"
     ckpt = "|ckpt" if activation_checkpointing else ""
-    return f"v{CACHE_VERSION}|{model}|{image_size}px|{precision}|{fmt}|{optimizer}{ckpt}|{device_name}|torch {torch_version}"
+    average = "|ema" if ema else ""
+    return (f"v{CACHE_VERSION}|{model}|{image_size}px|{precision}|{fmt}|{optimizer}{ckpt}{average}|{device_name}"
+            f"|torch {torch_version}")
 
 
 def load_cache(path: Path | None = None) -> dict[str, Any]:
@@ -154,7 +159,8 @@ def find_batch(plan: Plan, model_name: str, image_size: int, *, num_classes: int
                activation_checkpointing: bool = False, model_factory: Callable[[], nn.Module] | None = None
                ) -> SearchResult:
     """The search for this plan and model, from the cache when it holds the same (model, size, precision,
-    format, optimizer, device, torch version); otherwise run it and store it."""
+    format, optimizer, EMA on/off, device, torch version); otherwise run it and store it. The trials run the real
+    step engine with `optim`, so an EMA run's trials hold the average's copy too."""
     from fasttrain.models.registry import create_model
     from fasttrain.profiles.schema import OptimSpec
 
@@ -162,7 +168,8 @@ def find_batch(plan: Plan, model_name: str, image_size: int, *, num_classes: int
     device_name, torch_version = device_identity(plan)
     key = cache_key(model=model_name, image_size=image_size, precision=plan.precision,
                     channels_last=plan.channels_last, optimizer=optim.optimizer, device_name=device_name,
-                    torch_version=torch_version, activation_checkpointing=activation_checkpointing)
+                    torch_version=torch_version, activation_checkpointing=activation_checkpointing,
+                    ema=optim.ema_decay is not None)
     limit = max_batch or (DEFAULT_MAX_BATCH if plan.device == "cuda" else CPU_MAX_BATCH)
     if use_cache:
         hit = cached(key, path)

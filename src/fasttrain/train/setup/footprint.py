@@ -1,9 +1,9 @@
 """The whole training footprint against the machine the run uses, before any work (setup/prepare.py).
 
-Weights, gradients, optimizer state and the batch's activations (counted on the meta device by
-estimate/cost.py, priced by estimate/memory.py's memory_budget) live in GPU memory on a GPU and in host
-RAM on a CPU; the loaders and processes always live in host RAM. A batch that does not fit is split into
-micro-batches with gradient accumulation (same effective batch, same LR); one that cannot is refused.
+Weights, gradients, optimizer state, the weights' moving average (optim.ema_decay) and the batch's activations
+(counted on the meta device by estimate/cost.py, priced by estimate/memory.py's memory_budget) live in GPU memory
+on a GPU and in host RAM on a CPU; the loaders and processes always live in host RAM. A batch that does not fit
+is split into micro-batches with gradient accumulation (same effective batch, same LR); one that cannot is refused.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def limits(plan: Plan, profile: Profile, report: HardwareReport, params: int, pe
 
     def training(batch: int) -> int:
         return memory_budget(params, per_sample, batch, plan.precision, opt.optimizer, opt.momentum, None,
-                             constants, on_gpu).total
+                             constants, on_gpu, ema=opt.ema_decay is not None).total
 
     process = constants["process_overhead_bytes_gpu" if on_gpu else "process_overhead_bytes_cpu"]
     processes = per_node * (process + plan.workers * constants["worker_overhead_bytes"])

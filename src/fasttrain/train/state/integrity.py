@@ -21,17 +21,18 @@ CHECKSUM_ALGO = "sha256-content-v1"
 NO_CHECKSUM = "no checksum"
 
 
-def to_host(value: Any) -> Any:
+def to_host(value: Any, *, copy: bool = False) -> Any:
     """`value` with every tensor in it on the host, copied once: device tensors start their copies without waiting
     (non_blocking, into pinned memory) and one synchronize ends them all, where hashing each tensor on its device
-    made a copy and a sync per tensor, and torch.save another copy of everything. Host tensors are kept as they are.
+    made a copy and a sync per tensor, and torch.save another copy of everything. Host tensors are kept as they are,
+    or cloned with `copy` (a snapshot the owner's later in-place changes do not reach: the best weights).
     Dicts, lists and tuples are rebuilt; anything else is returned as is. Pure but for the copies."""
     waits: list[torch.device] = []
 
     def walk(v: Any) -> Any:
         if torch.is_tensor(v):
             if v.device.type == "cpu":
-                return v
+                return v.detach().clone() if copy else v
             if v.device.type == "cuda":
                 waits.append(v.device)
             return v.detach().to("cpu", non_blocking=v.device.type == "cuda")

@@ -49,6 +49,14 @@ class _Trial:
         self.skipped: list[str] = []
         self.warm, self.timed = STEPS.get(prep.plan.device, STEPS["cpu"])
 
+    def release(self) -> None:
+        """After the last candidate: what a reference cycle still holds of theirs is freed, and on CUDA the cached
+        blocks handed back. torch's first optimizer imports torch._dynamo, whose import keeps the calling frames
+        (the first candidate's engine among them) until a collection, and the run's loop freezes what is alive
+        at its start for its whole length (loop/heap.py): the candidate's weights and state would stay."""
+        from fasttrain.train.loop.oom import free_device_memory
+        free_device_memory(self.prep.plan.device)
+
     def cost(self, extra_steps: int = 0) -> float:
         return decide.candidate_cost_s(self.step_s, self.warm + self.timed + extra_steps, self.compile_s)
 
@@ -184,6 +192,7 @@ def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, 
                                  f"vs {name}={baseline}", against=baseline))
         if decide.better(current, step_s):
             plan, current = candidate, step_s
+    trial.release()
     if "compile" in allowed and not plan.compile:
         trial.skipped.append("compile: its compile time is not affordable in the trial; "
                              "`fasttrain bench speedups` measures it")
