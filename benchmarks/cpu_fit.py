@@ -65,8 +65,7 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
     net = models.create_model(model, num_classes=1000)
     c = cost.model_cost(model, image_size, num_classes=1000, precision=plan.precision)
     table = OpTable.from_ops(c.ops)
-    cpu_ceiling.measure.cache_clear()
-    before = cpu_ceiling.measure(threads, cpu_dtype(plan), plan.channels_last)
+    before = cpu_ceiling.measure(threads, cpu_dtype(plan), plan.channels_last, reuse_s=0.0)
     if steps is None:
         dev = calibration.cpu_ceilings(before.peak_flops, before.bandwidth, None,
                                        conv_weight_s_per_byte=before.conv_weight_s_per_byte)
@@ -74,8 +73,7 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
                                     mixed_precision=plan.precision != "fp32", fused_optimizer=False).seconds)
     got = trainer.run_synthetic_steps(plan, net, image_size=image_size, num_classes=1000, steps=steps,
                                       warmup_steps=2, optim=prof.optim)
-    cpu_ceiling.measure.cache_clear()
-    after = cpu_ceiling.measure(threads, cpu_dtype(plan), plan.channels_last)
+    after = cpu_ceiling.measure(threads, cpu_dtype(plan), plan.channels_last, reuse_s=0.0)
     print(f"    {steps} steps {got['images_per_s']:.1f} images/s between ceilings {before.peak_flops / 1e9:.0f} and "
           f"{after.peak_flops / 1e9:.0f} GFLOP/s, conv weights {before.conv_weight_s_per_byte * 1e9:.2f} and "
           f"{after.conv_weight_s_per_byte * 1e9:.2f} ns/byte ({threads} threads, {plan.precision})", flush=True)

@@ -18,12 +18,19 @@ def fixture(name: str) -> str:
 
 
 def test_doctor_on_this_machine_renders_every_panel(cli) -> None:
-    res = cli("doctor")
+    res = cli("doctor", "--all")
     assert res.code in (0, 1), res.err
     for title in ("hardware", "software", "findings", "recommendation"):
         assert title in res.out
     assert "\x1b[" not in res.out  # plain text off a terminal
     assert "failed," in res.out and "ok" in res.out
+
+
+def test_doctor_on_this_machine_leads_with_its_verdict(cli) -> None:
+    res = cli("doctor")
+    assert res.code in (0, 1), res.err
+    assert res.out.startswith("verdict: ") and "\x1b[" not in res.out
+    assert "failed," in res.out and "ok (all of it: fasttrain doctor --all)" in res.out
 
 
 def test_doctor_json_on_this_machine_has_stable_keys(cli) -> None:

@@ -127,6 +127,8 @@ def run(name: str, given: Mapping[str, object], who: str, display: DisplayFactor
         allow: tuple[str, ...] = ()) -> object:
     """Run `fasttrain NAME` with the flags `given` stands for; -> what the command returns for the API."""
     from fasttrain.core.errors import JobFailed
+    from fasttrain.ui.notebook import tqdm_without_widgets
+    tqdm_without_widgets()  # before the command imports timm: no TqdmWarning under a notebook's first call
     cmd = command(name)
     _, exits, _ = click_exceptions()
     try:

@@ -81,6 +81,9 @@ def doctor_cmd(
                                                  help="Write a profile tuned to this machine (extends the matched "
                                                       "preset)."),
     force: bool = typer.Option(False, "--force", help="Let --write-profile replace an existing file."),
+    show_all: bool = typer.Option(False, "--all", help="Show everything: the hardware, the software, every finding "
+                                                       "and each recommended setting with its reason (default: the "
+                                                       "verdict and what is not ok)."),
     report_from: Optional[Path] = typer.Option(None, "--report-from", metavar="FILE.json",
                                                help="Judge a recorded report instead of this machine."),
 ) -> object:  # for the Python API: the DoctorResult; None on the command line
@@ -116,8 +119,11 @@ def doctor_cmd(
     if as_json:
         from fasttrain.core.console import print_json
         print_json(result.to_dict())
-    else:
+    elif show_all:
         from fasttrain.doctor import view as doctor_view
         doctor_view.render(report, findings, rec, label, written)
+    else:
+        from fasttrain.doctor import view as doctor_view
+        doctor_view.render_brief(result)
     if result.status == "fail":
         raise typer.Exit(1)

@@ -65,7 +65,8 @@ def estimate_cmd(
     local = g.local_report() if (profile is None or measure) else None
     ref = profile or _default_profile(local)
     req = g.Request(model=model, num_classes=num_classes, dataset_size=dataset_size or g.IMAGENET_TRAIN_SIZE,
-                    dataset_size_source="--dataset-size" if dataset_size else "ImageNet-1k train (default)",
+                    dataset_size_source=f"--dataset-size ({dataset_size:,} training images)" if dataset_size
+                    else g.ASSUMED_DATA,
                     epochs_flag=epochs, image_size_flag=image_size, sets=sets or [], gpu=gpu, loader=None,
                     world_flags=world_flags(nproc_per_node, nnodes), val_size=g.val_size_for(dataset_size))
     resolved = g.resolve_profile(ref, req)

@@ -56,5 +56,7 @@ def predict_cmd(
     skipped = f"; {len(unreadable)} unreadable file(s) skipped, e.g. {unreadable[0][0]}" if unreadable else ""
     dropped = (f"; {len(submission.dropped):,} image(s) not in the sample submission left out, e.g. "
                f"{submission.dropped[0]}" if submission.dropped else "")
-    print(f"fasttrain: predicted {len(submission.rows):,} image(s) under {data} with {run}/{meta.get('weights')} "
-          f"({meta['model']}, from {meta.get('from', '?')}){where}{skipped}{dropped}", file=sys.stderr)
+    from fasttrain.ui.wrap import for_stream
+    line = (f"fasttrain: predicted {len(submission.rows):,} image(s) under {data} with {run}/{meta.get('weights')} "
+            f"({meta['model']}, from {meta.get('from', '?')}){where}{skipped}{dropped}")
+    print(for_stream(line, sys.stderr), file=sys.stderr)  # on a terminal: broken between words, not inside one

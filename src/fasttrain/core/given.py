@@ -11,6 +11,7 @@ record. A later process that meets it (`fasttrain train --resume` in a shell) ca
 from __future__ import annotations
 
 import hashlib
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -37,16 +38,56 @@ def _label(obj: object) -> str:
 
 
 def _fingerprint(obj: object) -> str:
-    """8 hex digits that change with the architecture: a model's repr and its tensors' shapes (the tuning cache
-    keys on the model name, so two different classes called Net must not share its entries); a class or a
-    builder function: its module and qualified name."""
+    """8 hex digits that change with the architecture: a model's repr and its tensors' shapes; a class or a
+    builder function: its module, qualified name and code. The name keys every per-process and measurement cache
+    (the model's cost, the tuning cache), so a notebook cell that redefines `class Net` makes another name (issue
+    43: the second run was forecast as the first Net), while the same definition in a later process makes the same
+    one (a resume from Python, the trial's cached choice)."""
     state = getattr(obj, "state_dict", None)
     if callable(state) and not isinstance(obj, type):
         shapes = [(key, tuple(getattr(value, "shape", ()))) for key, value in state().items()]
         text = f"{type(obj).__module__}.{type(obj).__qualname__}|{obj!r}|{shapes}"
     else:
-        text = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        text = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}|" \
+               f"{_definition(obj)}"
     return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:8]
+
+
+_PLAIN = (str, int, float, bool, type(None))  # a global or class attribute that may set a size: part of the definition
+
+
+def _definition(obj: object, depth: int = 0) -> str:
+    """A class's or a function's definition as text: its functions' code, the plain values they read from the
+    module (`WIDTH = 64`) and its own plain attributes, and the same of its base classes from its own module."""
+    if isinstance(obj, type):
+        parts = [_definition(base, depth + 1) for base in obj.__bases__
+                 if base.__module__ == obj.__module__ and depth < 8]
+        for key, value in vars(obj).items():
+            inner = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+            if hasattr(inner, "__code__"):
+                parts.append(f"{key}:{_definition(inner, depth + 1)}")
+            elif isinstance(value, _PLAIN) and not key.startswith("__"):
+                parts.append(f"{key}={value!r}")
+        return "|".join(parts)
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return ""
+    module = getattr(obj, "__globals__", {})
+    plain = {name: module[name] for name in _names(code) if name in module and isinstance(module[name], _PLAIN)}
+    return f"{_code_text(code)}|{sorted(plain.items())!r}|{getattr(obj, '__defaults__', None)!r}"
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a code object and the functions inside it read."""
+    inner = (_names(c) for c in code.co_consts if isinstance(c, types.CodeType))
+    return set(code.co_names).union(*inner)
+
+
+def _code_text(code: types.CodeType) -> str:
+    """Instructions, names and constants (nested code too; a set's members sorted: their order follows hashing)."""
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else
+              repr(sorted(map(repr, c))) if isinstance(c, frozenset) else repr(c) for c in code.co_consts]
+    return f"{code.co_code.hex()}|{code.co_names}|{consts}"
 
 
 def model_name(model: object) -> str:

@@ -3,7 +3,7 @@ command reads the data (`train` before it plans, `estimate --data` before it for
 (datasets/flip_check.py) and the crop's smallest area (datasets/crop_check.py), both measured on one sample of
 thumbnails. A preset's flips are turned off for data whose classes have a handedness (digits, letters), a
 preset's crop made gentler where its crops cut the class away (small images the class fills); what the user set
-stays, with a warning."""
+stays, with a warning. The same sample's sizes say when the plan upscales small images (datasets/upscale_check.py)."""
 from __future__ import annotations
 
 import io
@@ -14,7 +14,7 @@ from fasttrain.profiles.presets import Resolved
 from fasttrain.profiles.schema import DataSpec
 
 if TYPE_CHECKING:
-    import numpy as np
+    from fasttrain.datasets.flip_check import ThumbSample
 
 # Shards of a prepared set indexed for the sample (tar headers read, ~30 ms per 1000-image shard): enough images
 # for the sample on any set, bounded on a large one.
@@ -27,10 +27,13 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
     members."""
     from fasttrain.datasets.crop_check import crop_test
     from fasttrain.datasets.flip_check import mirror_test, shrunk
+    from fasttrain.datasets.upscale_check import upscale_note
 
     augment = resolved.profile.augment
-    classes, thumbs, labels = _sample(folder, seed, resolved.profile.data)
-    flags, notes = {}, []
+    classes, sample = _sample(folder, seed, resolved.profile.data)
+    thumbs, labels = sample.thumbs, sample.labels
+    upscaling = upscale_note(sample.sides, resolved.profile.loader.image_size)
+    flags, notes = {}, [upscaling] if upscaling else []
     hflip = augment.hflip
     test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
     if test is not None and test.handed:
@@ -57,10 +60,10 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
     return (resolved.with_flags(flags) if flags else resolved), notes
 
 
-def _sample(folder: Path, seed: int, spec: DataSpec) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The class names and a random sample of 32 px grey thumbnails of the training split, with their labels
-    (`folder`: an image folder, a prepared shard set, or a labels table with `spec` saying its columns)."""
-    from fasttrain.datasets.flip_check import sample_thumbs
+def _sample(folder: Path, seed: int, spec: DataSpec) -> tuple[list[str], ThumbSample]:
+    """The class names and a random sample of 32 px grey thumbnails of the training split, with their labels and
+    sizes (`folder`: an image folder, a prepared shard set, or a labels table with `spec` saying its columns)."""
+    from fasttrain.datasets.flip_check import sample_images
     from fasttrain.datasets.shards import ShardImages, is_prepared, load_manifest
 
     if is_prepared(folder):
@@ -72,12 +75,11 @@ def _sample(folder: Path, seed: int, spec: DataSpec) -> tuple[list[str], np.ndar
         try:
             train = ShardImages(folder, [s for s in shards[:SAMPLE_SHARDS] if (folder / s["name"]).is_file()], None)
         except (OSError, ValueError, KeyError, tarfile.TarError):  # a damaged shard: loading names it, in one line
-            return list(manifest["classes"]), *sample_thumbs([])
+            return list(manifest["classes"]), sample_images([])
         members = [(i, label) for i, (_, label) in enumerate(train.samples)]
-        thumbs, labels = sample_thumbs(members, seed=seed, size=32, open_source=lambda i: io.BytesIO(train.read(i)))
-        return list(manifest["classes"]), thumbs, labels
+        return list(manifest["classes"]), sample_images(members, seed=seed, size=32,
+                                                        open_source=lambda i: io.BytesIO(train.read(i)))
     from fasttrain.datasets.data_source import find_samples
     from fasttrain.datasets.image_folder import VAL_FRACTION
     classes, train_files, _ = find_samples(folder, seed=seed, val_fraction=VAL_FRACTION, spec=spec)
-    thumbs, labels = sample_thumbs(train_files, seed=seed, size=32)
-    return classes, thumbs, labels
+    return classes, sample_images(train_files, seed=seed, size=32)

@@ -99,25 +99,44 @@ def shrunk(thumbs: np.ndarray) -> np.ndarray:
     return thumbs[:, :h // 2 * 2, :w // 2 * 2].astype(np.float64).reshape(n, h // 2, 2, w // 2, 2).mean((2, 4))
 
 
+@dataclass(frozen=True)
+class ThumbSample:
+    """A random sample of the training images as grey thumbnails, with their labels and their sizes as stored."""
+
+    thumbs: np.ndarray            # N x size x size
+    labels: np.ndarray            # N class indices
+    sides: tuple[int, ...] = ()   # each image's shorter side in the file, pixels (the upscaling check reads them)
+
+
 def sample_thumbs(samples: Sequence[tuple[Any, int]], *, seed: int = 0, n: int = SAMPLE, size: int = THUMB,
                   open_source: Callable[[Any], Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Grey `size` x `size` thumbnails of a random sample of (source, class) pairs; unreadable files are left out
-    (the loaders count them later). A source is a path, or whatever `open_source` turns into a path or a binary
-    file for PIL (a prepared set's shard member). -> (thumbnails, labels)."""
+    """Grey `size` x `size` thumbnails of a random sample of (source, class) pairs -> (thumbnails, labels)."""
+    sample = sample_images(samples, seed=seed, n=n, size=size, open_source=open_source)
+    return sample.thumbs, sample.labels
+
+
+def sample_images(samples: Sequence[tuple[Any, int]], *, seed: int = 0, n: int = SAMPLE, size: int = THUMB,
+                  open_source: Callable[[Any], Any] | None = None) -> ThumbSample:
+    """Grey `size` x `size` thumbnails of a random sample of (source, class) pairs, with each one's shorter side
+    as stored (read from the header PIL opens anyway); unreadable files are left out (the loaders count them
+    later). A source is a path, or whatever `open_source` turns into a path or a binary file for PIL (a prepared
+    set's shard member)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(samples), size=min(n, len(samples)), replace=False) if samples else []
-    thumbs, labels = [], []
+    thumbs, labels, sides = [], [], []
     for i in pick:
         path, label = samples[int(i)]
         try:
             with Image.open(open_source(path) if open_source else path) as image:
+                side = min(image.size)  # before draft(), which shrinks a JPEG's size to what it will decode
                 image.draft("L", (size * 2, size * 2))  # JPEG: decode at a fraction of the size
                 thumbs.append(np.asarray(image.convert("L").resize((size, size), Image.BILINEAR)))
         except (OSError, ValueError):
             continue
         labels.append(label)
+        sides.append(side)
     if not thumbs:
-        return np.zeros((0, size, size)), np.zeros(0, dtype=int)
-    return np.stack(thumbs), np.asarray(labels)
+        return ThumbSample(np.zeros((0, size, size)), np.zeros(0, dtype=int))
+    return ThumbSample(np.stack(thumbs), np.asarray(labels), tuple(sides))

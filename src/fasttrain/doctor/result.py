@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrain.core.format import plural
 from fasttrain.doctor.checks import worst_status
 from fasttrain.doctor.findings import Finding
 from fasttrain.hardware.report import HardwareReport
@@ -24,6 +25,17 @@ class DoctorResult:
     def status(self) -> str:
         """The worst finding: "ok", "warn" or "fail" (doctor exits 1 on "fail")."""
         return worst_status(self.findings)
+
+    @property
+    def verdict(self) -> str:
+        """doctor's answer in one line, the first it prints: whether to train here as planned, and why not."""
+        fails, warns = (sum(f.status == s for f in self.findings) for s in ("fail", "warn"))
+        if fails:  # a failure: training as planned would break or waste the machine (findings.py)
+            more = f", {plural(warns, 'warning')}" if warns else ""
+            return f"not ready: {fails} failed{more}; fix what failed before training"
+        if warns:
+            return f"ready to train, with {plural(warns, 'warning')}"
+        return f"ready to train: all {plural(len(self.findings), 'check')} ok"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from fasttrain.doctor.gpu import cudnn_text
 from fasttrain.doctor.findings import Finding
+from fasttrain.doctor.result import DoctorResult
 from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
 from fasttrain.hardware.report import HardwareReport
@@ -91,7 +92,8 @@ def software_panel(r: HardwareReport) -> Panel:
     return Panel(t, title="software", title_align="left")
 
 
-def findings_panel(findings: list[Finding], label: str) -> Panel:
+def findings_table(findings: list[Finding]) -> Table:
+    """One row a finding: its status word, its title, and for one that is not ok its numbers and its fix."""
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column("status", no_wrap=True)
     t.add_column("finding")
@@ -103,6 +105,11 @@ def findings_panel(findings: list[Finding], label: str) -> Panel:
         if f.fix and f.status != "ok":
             body += f"\n  fix: {f.fix}"
         t.add_row(f"[{style}]{word}[/]", body)
+    return t
+
+
+def findings_panel(findings: list[Finding], label: str) -> Panel:
+    t = findings_table(findings)
     # The title holds the profile's name only: a panel's title is cut to its width (at 80 columns the label's
     # reason became `findings (profile: cpu (best match; `train` uses it wh...`); the reason is the first line.
     name, _, why = label.partition(" (")
@@ -133,11 +140,55 @@ def recommendation_panel(rec: Recommendation, written: Path | None) -> Panel:
 
 def render(report: HardwareReport, findings: list[Finding], rec: Recommendation, label: str,
            written: Path | None, out: Console | None = None) -> None:
-    """The four panels, on `out` (default: stdout's console)."""
+    """The four panels, on `out` (default: stdout's console): `doctor --all`, and the API's report in a notebook."""
     out = out or console()
     out.print(hardware_panel(report))
     out.print(software_panel(report))
     out.print(findings_panel(findings, label))
     out.print(recommendation_panel(rec, written))
+    out.print(counts_line(findings))
+
+
+def counts_line(findings: list[Finding]) -> str:
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("fail", "warn", "ok")}
-    out.print(f"{counts['fail']} failed, {plural(counts['warn'], 'warning')}, {counts['ok']} ok")
+    return f"{counts['fail']} failed, {plural(counts['warn'], 'warning')}, {counts['ok']} ok"
+
+
+# The recommendation's notes that list what was measured here (recommend.py): `--all` shows them, not the brief view.
+MEASURED_NOTES = ("measured here: ", "... and ")
+
+
+def render_brief(result: DoctorResult, out: Console | None = None) -> None:
+    """`doctor` on one 80x24 screen: the verdict, the machine and profile in a line each, the findings that are not
+    ok (failures first) with their fixes, the count of the rest, and the recommendation's changes in a line."""
+    out = out or console()
+    out.print(Text(f"verdict: {result.verdict}", style=STATUS_STYLE[result.status][1]))
+    plain = {"highlight": False, "markup": False}  # a profile's path or a GPU's name is not Rich markup
+    out.print(f"machine: {machine_line(result.report)}", **plain)
+    out.print(f"profile: {result.profile}", **plain)
+    bad = [f for f in result.findings if f.status == "fail"] + [f for f in result.findings if f.status == "warn"]
+    if bad:
+        out.print(findings_table(bad))
+    out.print(f"{counts_line(result.findings)} (all of it: fasttrain doctor --all)", **plain)
+    rec = result.recommendation
+    changes = ", ".join(f"{k}={'null' if v is None else v}" for k, v in rec.changes.items()
+                        if not k.startswith("hardware."))
+    out.print(f"recommended: preset {rec.preset}" + (f", changed: {changes}" if changes else " as it is"), **plain)
+    for note in rec.notes:
+        if not note.startswith(MEASURED_NOTES):
+            out.print(f"note: {note}", **plain)
+    out.print(f"written to {result.written}: fasttrain train --profile {result.written}" if result.written
+              else "save it: fasttrain doctor --write-profile my-machine.yaml", **plain)
+
+
+def machine_line(r: HardwareReport) -> str:
+    """`4 x NVIDIA A10G (22.5 GiB), 16 cores, 62.0 GiB RAM; torch 2.5.1+cu124`: the hardware panel in a line."""
+    names: dict[str, int] = {}
+    for g in r.gpus:
+        label = f"{g.name} ({fmt_bytes(g.memory_total_bytes, '-')})"
+        names[label] = names.get(label, 0) + 1
+    gpus = ", ".join(label if n == 1 else f"{n} x {label}" for label, n in names.items()) or "no GPU"
+    torch = r.torch.version if r.torch.installed else "not installed"
+    build = " (CPU-only build)" if r.torch.installed and r.torch.cpu_only_build else ""
+    return (f"{gpus}, {plural(r.cores, 'core')}, {fmt_bytes(r.memory.ram_total_bytes, '-')} RAM; "
+            f"torch {torch}{build}")

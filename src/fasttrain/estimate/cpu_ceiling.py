@@ -1,6 +1,9 @@
-"""Measure this CPU's ceilings once per process: matmul and conv FLOP/s, copy bandwidth and the per-weight-byte
-cost of a small convolution (about 0.3 s in all for `estimate`; 0.1 s with the quick windows a run's own forecast
-uses).
+"""Measure this CPU's ceilings: matmul and conv FLOP/s, copy bandwidth and the per-weight-byte cost of a small
+convolution (about 0.3 s in all for `estimate`; 0.1 s with the quick windows a run's own forecast uses).
+
+What neighbours take from the cores changes between two notebook cells, so a measurement is reused for REUSE_S
+only (the plans of one `estimate --compare`), and a run measures for itself (issue 43: a kernel's second run was
+forecast with the CPU as the first call found it).
 
 A CPU has no spec sheet we could trust (turbo, SMT, cgroup quotas, neighbours), so `estimate` measures
 instead. Mean time per call over short windows; the thread count, dtype and memory layout training will use.
@@ -8,7 +11,6 @@ Units: FLOP/s, bytes/s, seconds per byte.
 """
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import asdict, dataclass
 
@@ -65,13 +67,29 @@ def conv_weight_cost(seconds: float, flops: float, conv_flops: float, weight_byt
 SMALL_CONV = {"batch": 8, "channels": 512, "pixels": 2}
 
 
-@functools.lru_cache(maxsize=4)
+# Seconds a measurement is reused for: longer than one `estimate` prices its plans (--compare: 5-10 s on 2 cores),
+# shorter than the time between two calls a person makes.
+REUSE_S = 30.0
+_MEASURED: dict[tuple[int | None, str, bool, float], tuple[float, CpuCeiling]] = {}  # key -> (monotonic s, ceiling)
+
+
 def measure(threads: int | None = None, dtype: str = "float32", channels_last: bool = False,
-            window_s: float = WINDOW_S) -> CpuCeiling:
+            window_s: float = WINDOW_S, reuse_s: float = REUSE_S) -> CpuCeiling:
     """threads: what training will use (model_setup.cpu_threads); None = torch's current setting.
     dtype: the autocast dtype of the plan (bf16 matmuls run 2-4x faster on CPUs with AVX512-BF16/AMX).
     channels_last: the plan's memory layout (the small-conv probe runs in it: oneDNN's reorders differ).
-    window_s: how long each probe is timed (WINDOW_S, or QUICK_WINDOW_S for a run's own forecast)."""
+    window_s: how long each probe is timed (WINDOW_S, or QUICK_WINDOW_S for a run's own forecast).
+    reuse_s: the age up to which an earlier measurement of the same key is returned (0: measure now)."""
+    key = (threads, dtype, channels_last, window_s)
+    earlier = _MEASURED.get(key)
+    if earlier is not None and time.monotonic() - earlier[0] < reuse_s:
+        return earlier[1]
+    ceiling = _measure_now(threads, dtype, channels_last, window_s)
+    _MEASURED[key] = (time.monotonic(), ceiling)
+    return ceiling
+
+
+def _measure_now(threads: int | None, dtype: str, channels_last: bool, window_s: float) -> CpuCeiling:
     import torch
 
     from fasttrain.models.cpu_allocator import keep_freed_memory

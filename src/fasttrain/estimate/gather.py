@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 IMAGENET_TRAIN_SIZE = 1_281_167  # the default data set size: ImageNet-1k train, as in the field notes
 IMAGENET_VAL_SIZE = 50_000       # and the images it validates after each epoch: ImageNet-1k val
+# What the forecast says of its data when given none: the figures are ImageNet's, and a newcomer with 60,000 small
+# images must see that before the hours it prices (issue 43).
+ASSUMED_DATA = f"ImageNet-1k train, {IMAGENET_TRAIN_SIZE:,} images (assumed: no --data or --dataset-size)"
 
 
 def val_size_for(dataset_size: int | None) -> int:
@@ -117,7 +120,7 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
                force_local: bool = False, in_memory: str | None = None, quick: bool = False) -> Target:
     """Plan + ceilings for the profile's GPU (or --gpu), or for this machine when there is no GPU to price.
     `in_memory`: data decoded once into RAM on this CPU (only this machine's CPU plan takes it).
-    `quick`: this CPU's ceilings timed over short windows (a run's own forecast: cpu_ceiling.QUICK_WINDOW_S)."""
+    `quick`: this CPU's ceilings timed now, over short windows (a run's own forecast: cpu_ceiling.QUICK_WINDOW_S)."""
     gpu_name = None if force_local else (gpu_flag or profile.hardware.gpu)
     if gpu_name:
         spec = gpus.get_gpu(gpu_name, where="--gpu" if gpu_flag else "hardware.gpu")
@@ -141,8 +144,8 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
     from fasttrain.estimate import cpu_ceiling
     plan = make_plan(profile, local, dataset_size, in_memory=in_memory)
-    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last,
-                                  cpu_ceiling.QUICK_WINDOW_S if quick else cpu_ceiling.WINDOW_S)
+    window_s, reuse_s = (cpu_ceiling.QUICK_WINDOW_S, 0.0) if quick else (cpu_ceiling.WINDOW_S, cpu_ceiling.REUSE_S)
+    ceiling = cpu_ceiling.measure(cpu_threads_for(plan), cpu_dtype(plan), plan.channels_last, window_s, reuse_s)
     dev = calibration.cpu_ceilings(ceiling.peak_flops, ceiling.bandwidth, local.memory.ram_total_bytes,
                                    conv_weight_s_per_byte=ceiling.conv_weight_s_per_byte)
     return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)

@@ -78,6 +78,8 @@ def render_forecast(fc: Forecast, out: Console, header: str) -> None:
     t.add_row("optimizer state", fmt_bytes(mem.optimizer_state), "SGD momentum 1x, Adam/AdamW 2x params")
     if mem.autocast_copies:
         t.add_row("autocast weight copies", fmt_bytes(mem.autocast_copies), "half-precision copy per step")
+    if mem.ema:
+        t.add_row("moving average (EMA)", fmt_bytes(mem.ema), "a copy of the weights (optim.ema_decay)")
     t.add_row("activations", fmt_bytes(mem.activations),
               f"{fmt_bytes(mem.activation_bytes_per_sample)} x {sch['batch_size']} x allocator overhead")
     if mem.workspace:
@@ -147,10 +149,17 @@ def _price(per_hour: float | None) -> str:
     return "unknown $/h" if per_hour is None else f"${per_hour:,.2f}/h"
 
 
+# Below this many columns the ten-column table cuts its cells (`devi…`, `$18.…`): one line of words a row instead.
+WIDE_COMPARE_COLUMNS = 150
+
+
 def render_compare(rows: list[dict[str, Any]], kind: str, out: Console) -> None:
     from rich.table import Table
-    table = Table(title=f"the same model on every {'preset' if kind == 'presets' else 'GPU in the spec file'}, "
-                        "fastest first", title_justify="left")
+    title = f"the same model on every {'preset' if kind == 'presets' else 'GPU in the spec file'}, fastest first"
+    if out.width < WIDE_COMPARE_COLUMNS:
+        _render_compare_narrow(rows, title, out)
+        return
+    table = Table(title=title, title_justify="left")
     for col in ("name", "device", "batch", "precision", "images/s", "epoch", "total", "memory", "on-demand", "spot"):
         table.add_column(col, justify="left" if col in ("name", "device", "precision", "memory") else "right")
     for r in rows:
@@ -158,6 +167,27 @@ def render_compare(rows: list[dict[str, Any]], kind: str, out: Console) -> None:
                       _num(r["images_per_s"], "{:,.0f}"), fmt_duration(r["epoch_s"]), fmt_duration(r["total_s"]),
                       r["memory_verdict"], _usd(r["on_demand_per_run"]), _usd(r["spot_per_run"]))
     out.print(table)
+    _unknowns(rows, out)
+
+
+def _render_compare_narrow(rows: list[dict[str, Any]], title: str, out: Console) -> None:
+    """The same figures as the table, a row's as words that wrap between words (an 80-column terminal)."""
+    from rich.table import Table
+    table = Table(title=title, title_justify="left", box=None, show_header=False, padding=(0, 1, 0, 0))
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("figures", ratio=1)
+    for r in rows:
+        cost = [f"{_usd(r[key])} {label}" for key, label in (("on_demand_per_run", "on demand"),
+                                                            ("spot_per_run", "spot")) if _usd(r[key]) != "-"]
+        table.add_row(r["name"], f"{r['device']}, batch {r['batch_size']}, {r['precision']}: "
+                                 f"{_num(r['images_per_s'], '{:,.0f}')} images/s, epoch {fmt_duration(r['epoch_s'])}, "
+                                 f"total {fmt_duration(r['total_s'])}; memory {r['memory_verdict']}"
+                                 + (f"; {', '.join(cost)} a run" if cost else ""))
+    out.print(table)
+    _unknowns(rows, out)
+
+
+def _unknowns(rows: list[dict[str, Any]], out: Console) -> None:
     for r in rows:
         if r["unknown"]:
             out.print(f"{r['name']}: unknown {'; '.join(r['unknown'])}")
@@ -210,11 +240,12 @@ def _validation_detail(fc: Forecast) -> str:
 
 
 def render_estimate(est: Estimate, model: str, out: Console) -> None:
-    """`estimate`: the forecast under a title naming the model, profile, device and data; the notes; then the
-    --measure comparison and the --compare table when asked."""
+    """`estimate`: the forecast under a title naming the model, profile and device, then the data on a line of its
+    own (an assumed ImageNet says so before any figure priced with it); the notes; then the --measure comparison
+    and the --compare table when asked."""
     fc, target = est.forecast, est.target
     render_forecast(fc, out, f"[bold]{model}[/] with profile [bold]{est.profile}[/] on {fc.device['name']} "
-                             f"({'as the profile describes it' if target.where == 'profile' else target.where}); "
+                             f"({'as the profile describes it' if target.where == 'profile' else target.where})\n"
                              f"data: {est.dataset_size_source}")
     for note in est.notes:
         out.print(f"note: {note}", highlight=False)

@@ -150,6 +150,7 @@ class RunDisplay:
     measured: tuple[Measurement, ...] = ()  # made on this machine: the verdict's advice reads them
     input_gain: str | None = None  # what prepared shards measured on this data, for the input-bound verdict
     classes: str | None = None     # "10 classes: T-shirt, Trouser, ... Ankle boot" (setup/plan_view.classes_text)
+    deadline: float | None = None  # time.time() by which a budgeted run ends (--time-budget...): no ETA goes past it
 
 
 # The command layer's display for a run: a context manager (entered around training) yielding a listener.

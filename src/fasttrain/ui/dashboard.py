@@ -50,13 +50,15 @@ class Dashboard:
     itself at redraw time, so the loop need not build a snapshot per batch.
     `data_kind` (the DataBundle's kind): throughput reads img/s for images, samples/s for other data.
     `classes`: the class count and names in one line (setup/plan_view.classes_text), shown first.
+    `deadline`: with a time budget, `wall_clock()` (time.time) by which the run ends: no ETA goes past it.
     """
 
     def __init__(self, plan: Plan, *, total_batches: int, epochs: int, mode: str = "plain",
                  forecast: dict[str, Any] | None = None, stream: TextIO | None = None, plain_every_s: float = 10.0,
                  report: HardwareReport | None = None, telemetry: Any = None, console: Any = None,
                  clock: Callable[[], float] = time.monotonic, data_kind: str = "images",
-                 measured: tuple[Any, ...] = (), input_gain: str | None = None, classes: str | None = None):
+                 measured: tuple[Any, ...] = (), input_gain: str | None = None, classes: str | None = None,
+                 deadline: float | None = None, wall_clock: Callable[[], float] = time.time):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.plan, self.report, self.forecast = plan, report, forecast
@@ -65,6 +67,9 @@ class Dashboard:
         self.measured = measured
         self.input_gain = input_gain  # the measured shard factor for the input-bound verdict (verdict.assess)
         self.classes = classes  # "10 classes: T-shirt, ... Ankle boot": the line under the header
+        self.deadline = deadline  # wall_clock() by which a budgeted run ends (--time-budget...): the ETA's cap
+        self._wall_clock = wall_clock
+        self.ended: tuple[str, str | None] | None = None  # the run is over: ("done" or "stopped", why), ending.py
         self.stream = stream if stream is not None else sys.stdout
         self.plain_every_s = plain_every_s
         self.telemetry = telemetry
@@ -157,10 +162,21 @@ class Dashboard:
         else:
             self._write(line)
 
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The run is over: the frames drawn from now on say so (done, or stopped) instead of an ETA."""
+        from fasttrain.ui.ending import run_state
+        self.ended = run_state(summary)
+
+    def budget_left_s(self) -> float | None:
+        """Seconds until the time budget's deadline (negative past it), or None without a budget."""
+        return None if self.deadline is None else self.deadline - self._wall_clock()
+
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Stop redrawing and print the final summary (in every mode, --quiet included)."""
         if self._closed:
             return
+        if summary is not None:
+            self.finish(summary)
         if self.mode == "live" and self._live is not None:
             self._live.refresh()
         self._stop_live()
@@ -168,8 +184,12 @@ class Dashboard:
         if summary is None:
             return
         from fasttrain.ui.ending import ending_lines
-        lines = ["summary (all of it: summary.json in the run folder):", *("  " + ln for ln in ending_lines(summary))]
-        for line in lines:  # whole lines, never cut: paths and commands are copied from here
+        # On a terminal the lines are broken between words to its width, commands with ` \` (copied, they still run);
+        # off one (a pipe, a log) each stays whole.
+        width = self.console.width - 2 if self.mode == "live" else None
+        lines = ["summary (all of it: summary.json in the run folder):",
+                 *("  " + ln for ln in ending_lines(summary, width))]
+        for line in lines:
             if self.mode == "live":
                 self.console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
@@ -207,7 +227,7 @@ class Dashboard:
         snap = self._current()
         if not snap:
             return
-        self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind))
+        self._write(plain_line(snap, self.epochs, self.total_batches, self.data_kind, self.budget_left_s()))
         self._plain_verdict(snap)
 
     def _plain_verdict(self, snap: dict[str, Any] | None) -> None:
@@ -255,5 +275,6 @@ class Dashboard:
         elapsed = self._clock() - self._opened if self._opened is not None else None
         model = dashboard_view.ScreenModel(self.header, self.plan, self.report, self.forecast, self.total_batches,
                                            self.epochs, tuple(self._rows), self.data_kind,
-                                           self.measured, self.input_gain, elapsed, self.run_s(self._current() or {}))
+                                           self.measured, self.input_gain, elapsed, self.run_s(self._current() or {}),
+                                           self.budget_left_s(), self.ended)
         return dashboard_view.screen(model, self._current() or {}, self.console)

@@ -73,6 +73,8 @@ class ScreenModel:
     input_gain: str | None = None          # the measured shard factor the input-bound verdict quotes
     elapsed_s: float | None = None         # seconds since the display opened
     run_s: float | None = None             # the whole run's training time at the current rate (the verdict's advice)
+    budget_left_s: float | None = None     # seconds to a time budget's deadline: the ETA's cap
+    ended: tuple[str, str | None] | None = None  # the run is over: ("done" or "stopped", why), ending.run_state
 
 
 def screen(model: ScreenModel, snap: dict[str, Any], console: Console) -> Group:
@@ -113,18 +115,29 @@ def header(plan: Plan, width: int) -> str:
 def _progress(model: ScreenModel, snap: dict[str, Any], width: int = 10**6) -> Text:
     """`epoch 2/3 [bar] 40/100 40%  run 47%  282 it/s  18,070 img/s  ETA 0:01:10`: the bar is the epoch's own
     progress; the whole run's is the `run` figure. On a narrow terminal the bar shrinks, then it/s, the run
-    figure and the rate give way; the epoch, its batches and the ETA always stay."""
+    figure and the rate give way; the epoch, its batches and the ETA always stay. Once the run is over the ETA's
+    place says so: `done`, `done: time budget` when the budget ended the epoch before its last batch, `stopped`."""
     done, total = progress_of(snap, model.total_batches)
     e_done, e_total = epoch_progress_of(snap)
     epoch = (snap.get("epoch") or 0) + 1 if snap else 1
-    head = f"epoch {epoch}/{model.epochs} "
+    # a budget's epochs were the forecast's guess (the run re-planned): once it is over, the last one ran is the last
+    planned = epoch if model.ended is not None and model.ended[1] == "time budget" else model.epochs
+    head = f"epoch {epoch}/{planned} "
     count = f" {e_done:,}/{e_total:,} {e_done / e_total:.0%}" if e_total else f" {e_done:,}"
     # (text, priority): shown in this order; the lowest priority gives way first
     optional = [(f"  run {done / total:.0%}" if total else "", 2), (f"  {fmt_number(snap.get('it_per_s'), 3)} it/s", 1),
                 (f"  {fmt_number(snap.get('images_per_s'), 4)} {rate_unit(model.data_kind)}", 4),
                 (f"  elapsed {fmt_clock(model.elapsed_s)}" if model.elapsed_s is not None else "", 3)]
-    validating = bool(e_total) and e_done >= e_total and len(model.rows) < epoch  # trained, not yet validated
-    eta = "  validating" if validating else f"  ETA {fmt_clock(eta_s(snap, model.total_batches))}"
+    # trained, not yet validated: the epoch's row has not come (a resumed run's rows start at the resume)
+    validating = bool(e_total) and e_done >= e_total and (not model.rows or model.rows[-1].get("epoch") != epoch)
+    if model.ended is not None:
+        word, why = model.ended
+        eta = f"  {word}: {why}" if why and e_done < e_total else f"  {word}"
+        optional = [part for part in optional if not part[0].startswith("  run ")]  # the run is over
+    elif validating:
+        eta = "  validating"
+    else:
+        eta = f"  ETA {fmt_clock(eta_s(snap, model.total_batches, model.budget_left_s))}"
     while True:  # drop optional parts until the line fits with at least a short bar
         fixed = len(head) + len(count) + sum(len(t) for t, _ in optional) + len(eta)
         if width - fixed >= MIN_BAR_WIDTH or not optional:

@@ -1,17 +1,22 @@
 """The end of a run in words: what it reached, where its files are, and the commands that come next.
 
 Pure: the run's summary (summary.json's dict) -> (label, value) rows, drawn by the dashboard in every mode. One
-time format throughout (h:mm:ss, core/format.fmt_clock); values are whole (a path or a command is never cut),
-so they can be copied from the terminal.
+time format throughout (h:mm:ss, core/format.fmt_clock). On a terminal the lines are broken between words only
+(ui/wrap.py), a command's lines ending in a backslash so that, copied together, they still run; off a terminal each
+row is one line.
 """
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
-from fasttrain.core.format import fmt_clock, fmt_number, short_name
+from fasttrain.core.format import fmt_clock, fmt_number, plural, short_name
+from fasttrain.ui.wrap import wrap_command, wrap_words
 
 LABEL_WIDTH = 16
+# Rows whose value is a command to copy: broken between its words with ` \`, never inside one.
+COMMAND_ROWS = ("resume", "TensorBoard", "train further", "predict")
 
 
 def _pct(value: Any) -> str:
@@ -151,11 +156,56 @@ def ending_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("last checkpoint", s.get("checkpoint_last")),
         ("resume", s.get("resume_command")),
         ("TensorBoard", f"tensorboard --logdir {shlex.quote(str(run) + '/tb')}" if run else None),
-        ("train further", f"fasttrain train --resume {quoted} --epochs {2 * epochs}"
-         if quoted and epochs and not s.get("resume_command") else None),
+        *(_further(s, quoted, epochs) if quoted and epochs and not s.get("resume_command") else []),
         ("predict", _predict(s, quoted) if quoted and s.get("model_files") else None),
     ]
     return [(label, str(value)) for label, value in rows if value]
+
+
+def _epoch_s(s: dict[str, Any]) -> float | None:
+    """Seconds a whole epoch took (training and validation): the median over the history's epochs that saw every
+    training image (a budget's last epoch may end early)."""
+    rows = [r for r in s.get("history") or [] if isinstance(r.get("train_s"), (int, float)) and r.get("train_images")]
+    most = max((r["train_images"] for r in rows), default=0)
+    times = sorted(r["train_s"] + (r.get("val_s") or 0.0) for r in rows if r["train_images"] == most)
+    return times[len(times) // 2] if times else None
+
+
+def _flag_duration(seconds: float) -> str:
+    """Seconds as --time-budget reads them, whole and rounded up: 52s, 4m, 1h2m5s."""
+    left = math.ceil(seconds)
+    parts = [(left // 3600, "h"), (left % 3600 // 60, "m"), (left % 60, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "1s"
+
+
+def _usd(source: str) -> float | None:
+    """The dollars of a `--max-cost 2.5 USD` budget source (budget_args.budget_seconds), or None."""
+    try:
+        return float(source.split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _further(s: dict[str, Any], quoted: str, epochs: int) -> list[tuple[str, str | None]]:
+    """The command that trains this run further, and in words what it buys at this run's pace. A budgeted run's
+    checkpoint keeps its budget, all spent: `--epochs` alone would train one step and stop (issue 43), so it gets a
+    budget for the whole run again, the time it used plus as much more."""
+    pace = _epoch_s(s)
+    b = s.get("time_budget")
+    if not b or not b.get("budget_s"):
+        words = f"{epochs} more epochs" + (f", about {fmt_clock(epochs * pace)} at this run's pace" if pace else "")
+        return [("train further", f"fasttrain train --resume {quoted} --epochs {2 * epochs}"), ("", words)]
+    more_s, source = float(b["budget_s"]), str(b.get("source") or "--time-budget")
+    if source.startswith("--deadline"):
+        flag, words = "--deadline HH:MM", "a later time of day: the deadline is a clock time"
+    elif source.startswith("--max-cost") and (usd := _usd(source)) is not None:
+        flag, words = f"--max-cost {2 * usd:g}", f"the cost counts the whole run: {usd:g} USD more"
+    else:
+        total = float(b.get("used_s") or 0.0) + more_s
+        flag, words = f"--time-budget {_flag_duration(total)}", f"the budget counts the whole run: {fmt_clock(more_s)} more"
+    if pace and not source.startswith("--deadline"):
+        words += f", about {plural(max(1, int(more_s // pace)), 'epoch')} at this run's pace"
+    return [("train further", f"fasttrain train --resume {quoted} {flag}"), ("", words)]
 
 
 def _predict(s: dict[str, Any], quoted: str) -> str:
@@ -168,6 +218,26 @@ def _predict(s: dict[str, Any], quoted: str) -> str:
             f"--sample-submission {shlex.quote(found['sample_submission'])}")
 
 
-def ending_lines(s: dict[str, Any]) -> list[str]:
-    """The rows as plain lines, `label            value`."""
-    return [f"{label:<{LABEL_WIDTH}} {value}" for label, value in ending_rows(s)]
+def ending_lines(s: dict[str, Any], width: int | None = None) -> list[str]:
+    """The rows as plain lines, `label            value`; with `width` (a terminal's columns) each value broken
+    between words to fit, its lines after the first under the value's column."""
+    lines = []
+    for label, value in ending_rows(s):
+        head = f"{label:<{LABEL_WIDTH}} "
+        if width is None:
+            lines.append(head + value)
+            continue
+        wrap = wrap_command if label in COMMAND_ROWS else wrap_words
+        parts = wrap(value, max(20, width - len(head)), len(head))
+        lines += [head + parts[0], *parts[1:]]
+    return lines
+
+
+def run_state(s: dict[str, Any]) -> tuple[str, str | None]:
+    """How the run ended, for the dashboard's last frame: ("stopped", None) for a stop request (it can resume), else
+    ("done", why the last epoch may have ended before its last batch: the time budget, early stopping, or None)."""
+    if s.get("stop_message") or s.get("resume_command"):
+        return "stopped", None
+    if s.get("stopped_early"):
+        return "done", "stopped early"
+    return "done", "time budget" if s.get("time_budget") else None

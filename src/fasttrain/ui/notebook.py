@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,22 @@ def in_notebook() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def tqdm_without_widgets() -> None:
+    """In a notebook's kernel without ipywidgets, import tqdm.auto once with its `TqdmWarning: IProgress not found`
+    silenced: timm imports huggingface_hub, which imports tqdm.auto, which printed that warning in red under a
+    user's first `fasttrain.train()` (issue 43). Imported here, tqdm.auto settles on its plain text bars and every
+    later import finds it made; with ipywidgets present it draws widgets, and there is nothing to silence."""
+    if "tqdm.auto" in sys.modules or not in_notebook():
+        return
+    try:
+        from tqdm.std import TqdmWarning
+    except ImportError:  # no tqdm: nothing will warn
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        import tqdm.auto  # noqa: F401 - the import is the point
 
 
 def recording(width: int = NOTEBOOK_WIDTH) -> Console:
@@ -90,7 +107,7 @@ class NotebookDisplay:
         self.dashboard = Dashboard(spec.plan, total_batches=spec.total_batches, epochs=spec.epochs, mode="quiet",
                                    stream=io.StringIO(), report=spec.report, telemetry=spec.telemetry,
                                    console=self.console, forecast=spec.forecast, data_kind=spec.data_kind,
-                                   measured=spec.measured, input_gain=spec.input_gain)
+                                   measured=spec.measured, input_gain=spec.input_gain, deadline=spec.deadline)
         self.show = show or ipython_show()
         self.clock = clock
         self.classes = spec.classes  # the class count and names: the cell's first line
@@ -126,6 +143,7 @@ class NotebookDisplay:
 
     def on_run_end(self, end: RunEnd) -> None:
         self.end = end
+        self.dashboard.finish(end.summary)  # the last frame says done (or stopped), not an ETA
         self.draw()
 
     # -- drawing -----------------------------------------------------------------------------------

@@ -76,7 +76,10 @@ def prepare(given: TrainArgs) -> Prepared:
                                  "lower it with --set loader.batch_size=N", plan.batch_size)])
     if resume is not None:
         from fasttrain.train.state.resume import check_resumable
-        check_resumable(resume, plan, resolved.profile.optim.epochs)
+        # a budget without --epochs ends the run, not optim.epochs: a budgeted run is never "already finished"
+        budgeted = budget_note is not None and not args.epochs
+        check_resumable(resume, plan, max(resolved.profile.optim.epochs, resume.state.position.epoch + 1) if budgeted
+                        else resolved.profile.optim.epochs)
     prep = Prepared(args, resolved, report, plan, bundle, model_name, ref, reason, resume, world, init=init)
     from fasttrain.train.trial.choice import apply_cached
     plan, cached = apply_cached(prep)
