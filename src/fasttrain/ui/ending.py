@@ -52,7 +52,13 @@ def _time(s: dict[str, Any]) -> str | None:
         return None
     text = fmt_clock(s["wall_s"])
     if s.get("resumed_from"):
-        return text + " (this session, since the resume)"
+        text += " this session, since the resume"
+        clock = s.get("resumed_clock") or {}
+        if clock.get("run_s") is not None:  # the run's clock: the time trained before the stop counts, not the stop
+            text += f"; {fmt_clock(clock['run_s'])} in all"
+        if clock.get("stopped_s") is not None:
+            text += f", after a stop of {fmt_clock(clock['stopped_s'])}"
+        return text
     # wall_s starts with the run; the epochs' elapsed_s (and so the time to accuracy) with the command
     launched = next((r.get("elapsed_s") for r in reversed(s.get("history") or []) if r.get("elapsed_s")), None)
     if launched is not None and launched - s["wall_s"] >= 1:

@@ -22,6 +22,7 @@ from fasttrain.core.given import is_given
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
 from fasttrain.train.run.export import write_model_files
+from fasttrain.train.run.run_clock import RunClock, resumed_clock
 from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
                                          run_summary)
 from fasttrain.train.setup.plan_view import classes_text, must_know, opening_notes, plan_notes, weights_words
@@ -82,7 +83,7 @@ class _Run:
     telemetry: Telemetry | None         # rank 0 only
     forecast: dict[str, Any] | None
     started: float                      # perf_counter() when training was about to start
-    launched_at: float                  # time.time() the run's clock starts from (the process's start)
+    clock: RunClock                     # the run's clock: from this command's start, or a resumed one's
     tuning: dict[str, Any] = field(default_factory=dict)  # the tuning trial's findings (trial/tune.py)
     budget: TimeBudget | None = None    # --time-budget, --deadline or --max-cost
     budget_source: str | None = None    # which of them, in words
@@ -123,7 +124,7 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
                runlog=opening.open_runlog(prep, run_dir) if main else None,
                telemetry=Telemetry(plan.device) if main else None,
                forecast=forecast if prep.shows_progress else None, started=time.perf_counter(),
-               launched_at=launched_at, tuning=tuning, budget=budget[0] if budget else None,
+               clock=resumed_clock(prep.resume, launched_at), tuning=tuning, budget=budget[0] if budget else None,
                budget_source=budget[1] if budget else None,
                first_step_s=(forecast or {}).get("step_time_s"))
     epochs = prep.resolved.profile.optim.epochs if budget is None else \
@@ -177,7 +178,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     def extras(consumed_batches: int) -> RunExtras:
         order = sampler.state_dict(consumed=consumed_batches * plan.batch_size) if sampler is not None else None
         used = run.budget.used_s() if run.budget is not None else None
-        return RunExtras(plan_dict, saved_args, order, profile_dict, used)
+        return RunExtras(plan_dict, saved_args, order, profile_dict, used, run.clock.now_s(), time.time())
 
     engine = StepEngine.build(plan, profile.optim, model, batches_per_epoch=run.batches,
                               activation_checkpointing=profile.speed.activation_checkpointing,
@@ -192,7 +193,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
         if run.budget is not None else None
     options = LoopOptions(budget=pace, on_nan=args.on_nan, save_every_s=args.save_every_minutes * 60 if args.save_every_minutes
                           else None, patience=profile.optim.early_stopping_patience, extras=extras,
-                          launched_at=run.launched_at,
+                          launched_at=run.clock.origin,
                           test_flip=profile.augment.validates_mirrored,
                           precise_bn_images=profile.optim.precise_bn_images,
                           before_step=_step_abs(run, engine, listener, steps_per_epoch))
@@ -268,6 +269,7 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     summary["precision"] = trainer.engine.precision.name  # what ran: the precision A/B may have switched it
     summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
     summary["forecast"] = run.forecast
+    summary["resumed_clock"] = run.clock.report()  # the time trained before the stop, and the stop's length
     if run.budget is not None:
         summary["time_budget"] = budget_report(run.budget, run.budget_source or "", summary.get("history") or [],
                                                prep.plan.scaled_lr)

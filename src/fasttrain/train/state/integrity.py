@@ -121,6 +121,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "args": ((dict, type(None)), False),
     "sampler": ((dict, type(None)), False),
     "budget_used_s": ((int, float, type(None)), False),
+    "clock_s": ((int, float, type(None)), False),
+    "saved_at": ((int, float, type(None)), False),
     "ema": ((dict, type(None)), False),
     "versions": ((dict,), False),
 }

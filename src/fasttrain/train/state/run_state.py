@@ -116,6 +116,8 @@ class RunExtras:
     sampler: dict[str, Any] | None = None    # datasets.sampler.EpochSampler.state_dict()
     profile: dict[str, Any] | None = None    # the resolved profile (model_dump)
     budget_used_s: float | None = None       # a time budget's seconds used so far (a resume continues the rest)
+    clock_s: float | None = None             # seconds on the run's clock at this checkpoint (run/run_clock.py)
+    saved_at: float | None = None            # time.time() when it was taken: a resume says how long the stop was
 
 
 @dataclass
@@ -149,6 +151,7 @@ class RunState:
             "oom_events": list(self.oom_events), "nonfinite_total": self.nonfinite_total,
             "fit": self.fit.to_payload(), "args": self.extras.args, "sampler": self.extras.sampler,
             "budget_used_s": self.extras.budget_used_s, "ema": self.ema,
+            "clock_s": self.extras.clock_s, "saved_at": self.extras.saved_at,
         }
 
     @classmethod
@@ -165,7 +168,8 @@ class RunState:
             ema=payload.get("ema"),
             fit=FitProgress.from_payload(payload.get("fit")),
             extras=RunExtras(dict(payload.get("plan") or {}), payload.get("args"), payload.get("sampler"),
-                             payload.get("profile"), payload.get("budget_used_s")),
+                             payload.get("profile"), payload.get("budget_used_s"), payload.get("clock_s"),
+                             payload.get("saved_at")),
         )
 
     def saved_split(self) -> tuple[int, int] | None:
