@@ -100,7 +100,7 @@ class OptimSpec(_Section):
     epochs: int = Field(10, gt=0, le=100_000)
     early_stopping_patience: int | None = Field(None, gt=0, le=100_000, description="epochs without val improvement")
     ema_decay: float | None = Field(None, gt=0, lt=1, description="validate an exponential moving average of the "
-                                    "weights (timm's ModelEmaV3 with warm-up); null: the weights as trained")
+                                    "weights (with ModelEmaV3's warm-up); null: the weights as trained")
     precise_bn_images: int = Field(256, ge=0, le=1_000_000, description="before each validation, re-estimate "
                                    "the batch-norm statistics of the validated weights on the epoch's last this "
                                    "many training images (0: validate with the running statistics)")
