@@ -1,4 +1,5 @@
 # Two entry points a newcomer needs: `make demo` and `make test`. Both build .venv first.
+# The install includes the report extra (matplotlib): `make demo`'s run folder holds report.html.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,report]'
 	touch $(STAMP)
 
 venv: $(STAMP)

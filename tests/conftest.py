@@ -29,6 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # pytest-xdist's workers run with COLUMNS=80; output off a terminal follows COLUMNS (core/console.py), so a test
 # that wants a width says so, and none inherits the runner's.
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
+NO_REPORT = "FASTTRAIN_NO_REPORT"  # set: a run writes no report.html (src/fasttrain/report/after_run.py)
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +38,8 @@ def _clean_fasttrain_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE" or name in TERMINAL_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
+    # The suite's hundreds of runs draw no report.html (about 1.2 s each); tests/test_report.py draws them.
+    monkeypatch.setenv(NO_REPORT, "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -79,7 +82,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without FASTTRAIN_* settings (the shared cache stays) and the terminal size, plus `extra`:
     for real children."""
     env = {k: v for k, v in os.environ.items()
-           if (not k.startswith("FASTTRAIN_") or k == "FASTTRAIN_CACHE") and k not in TERMINAL_SIZE_VARS}
+           if (not k.startswith("FASTTRAIN_") or k in ("FASTTRAIN_CACHE", NO_REPORT)) and k not in TERMINAL_SIZE_VARS}
     env.update(extra or {})
     return env
 

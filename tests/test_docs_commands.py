@@ -215,7 +215,7 @@ def prepare(cmd: DocCommand, words: list[str], cwd: Path, fx: Fixtures, written:
             target = cwd / ("runs/base" if word == "auto" else word)
             if not target.exists():
                 shutil.copytree(fx.base_run(), target)
-        elif subcommand(words) == "predict" and word.startswith("runs/") and not (cwd / word).exists():
+        elif subcommand(words) in ("predict", "report") and word.startswith("runs/") and not (cwd / word).exists():
             shutil.copytree(fx.base_run(), cwd / word)  # a stopped run also writes its model files
         elif word.startswith("runs/bench-speedups") and not (cwd / word).exists():
             shutil.copytree(fx.speedups_result(), cwd / word)

@@ -30,7 +30,12 @@ SUBSTITUTIONS = {"README.md": {'"/data/flowers"': '"{data}"', "epochs=10": "epoc
                  # one epoch; the submission comes from a run of the same block's own making
                  "docs/competition.md": {'"resnet18"': '"tiny_cnn"', "epochs=4": "epochs=1",
                                          '"runs/NAME"': 'fasttrain.train("tiny_cnn", "comp/train.csv", epochs=1, '
-                                                        'quiet=True).run_dir'}}
+                                                        'quiet=True).run_dir'},
+                 # a tiny model, one epoch; the two runs compared are the block's own and one more of the same data
+                 "docs/report.md": {'"resnet18"': '"tiny_cnn"', '"data/"': '"{data}"', "epochs=5": "epochs=1",
+                                    '"runs/scratch", "runs/finetuned"':
+                                        'result.run_dir, fasttrain.train("tiny_cnn", "{data}", epochs=1, '
+                                        'quiet=True).run_dir'}}
 NEEDS_COMPETITION = {"docs/competition.md"}
 
 

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "src" / "fasttrain"
 
 # Lowest first. A module may import its own folder and any folder earlier in this list, nothing later.
 LAYERS = ["core", "hardware", "tuning", "profiles", "plan", "models", "datasets", "telemetry",
-          "estimate", "doctor", "train", "bench", "ui", "commands", "api", "cli"]
+          "estimate", "doctor", "train", "bench", "ui", "report", "commands", "api", "cli"]
 TOP_LEVEL_ALIASES = {"__main__": "cli", "__init__": "core"}
 MAX_LINES = 300
 MAX_TOP_LEVEL_ENTRIES = 20

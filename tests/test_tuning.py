@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,10 @@ def test_the_dry_run_says_what_the_run_decides_about_the_trial(cli, tmp_path: Pa
     assert "skipped: the run is too short to repay a trial (two candidates ~" in line, dry.out
     assert _train(cli, tmp_path).code == 0
     found = json.loads(next((tmp_path / "runs").glob("*/tuning.json")).read_text())
-    assert line == "tuning       skipped: " + found["skipped"]
+    # The same reason; its seconds are the forecast's, which times this CPU again for each run (issue 43)
+    def reason(text: str) -> str:
+        return re.sub(r"\d+(\.\d+)?", "#", text)
+    assert reason(line) == reason("tuning       skipped: " + found["skipped"])
 
 
 # -- one voice for loader workers: bench loader measures, doctor and train read it ---------------------------

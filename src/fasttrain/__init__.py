@@ -3,16 +3,18 @@
 From Python (a notebook, a script): `fasttrain.train(model, data, ...)`, `fasttrain.doctor()`,
 `fasttrain.estimate(model, ...)` and `fasttrain.plan(model, data, ...)`, the commands of the same names
 (fasttrain/api/), and their results `RunSummary`, `Report`, `Forecast` and `Plan`; `fasttrain.predict(run, data)`
-(a plain function, api/predictions.py) returns `Predictions`. Each of the four names is also a
-part of the package (train/, doctor/, estimate/, plan.py) that can be called (core/exports.py callable_members).
+(a plain function, api/predictions.py) returns `Predictions`; `fasttrain.report(run, ...)` (api/reports.py) a run's
+plots, shown inline. Each of those five names is also a part of the package (train/, doctor/, estimate/, plan.py,
+report/) that can be called (core/exports.py callable_members).
 Importing fasttrain imports neither torch nor timm: a function imports what it needs when it runs.
 """
 from fasttrain.core.exports import callable_members, lazy_face
 
 __version__ = "0.1.0"
 
-callable_members(__name__, {name: f"fasttrain.api.calls:{name}" for name in ("train", "doctor", "estimate", "plan")})
+callable_members(__name__, {**{name: f"fasttrain.api.calls:{name}" for name in ("train", "doctor", "estimate", "plan")},
+                            "report": "fasttrain.api.reports:report"})
 __getattr__, __dir__, _results = lazy_face(__name__, {**{name: "api.results" for name in
                                                          ("RunSummary", "Report", "Forecast", "Plan")},
                                                       "predict": "api.predictions", "Predictions": "api.predictions"})
-__all__ = sorted([*_results, "train", "doctor", "estimate", "plan", "__version__"])
+__all__ = sorted([*_results, "train", "doctor", "estimate", "plan", "report", "__version__"])

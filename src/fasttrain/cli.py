@@ -72,7 +72,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="fasttrain",
     cls=_Group,
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, predict, bench.",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, report, predict, bench.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -118,6 +118,7 @@ def _register() -> None:
     from fasttrain.commands import bench; bench.register(app)  # noqa: E702
     from fasttrain.commands import data; data.register(app)  # noqa: E702
     from fasttrain.commands import predict; predict.register(app)  # noqa: E702
+    from fasttrain.commands import report; report.register(app)  # noqa: E702
 
 
 _register()

@@ -17,4 +17,6 @@ __getattr__, __dir__, __all__ = lazy_face(__name__, {
     "Plan": "results",
     "predict": "predictions",
     "Predictions": "predictions",
+    "report": "reports",
+    "RunReport": "reports",
 })

@@ -27,6 +27,7 @@ class RunSummary(Shown):
 
     def __init__(self, summary: dict[str, Any]):
         self.summary = summary
+        self._plots: str | None = None  # the report's plots as HTML, drawn when a notebook first shows this
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.summary)
@@ -101,6 +102,14 @@ class RunSummary(Shown):
     def confused(self) -> list[dict[str, Any]]:
         """The most frequent mistakes, most often first: {"true", "predicted", "count", "share" (of true's images)}."""
         return list(self.summary.get("confused") or [])
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the table a terminal shows, then the run's plots (report.html's, drawn once)."""
+        if self._plots is None:
+            from fasttrain.api.reports import run_plots_html
+            self._plots = run_plots_html(self.run_dir) if self.summary.get("run_dir") else ""
+        from fasttrain.ui.notebook import text_and_html
+        return text_and_html(self._drawn())["text/html"] + self._plots
 
     def draw(self, console: Console) -> None:
         """One line per epoch (as the run printed them), then the end of the run (ui/ending.py's rows)."""

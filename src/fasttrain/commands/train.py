@@ -143,6 +143,9 @@ def train_cmd(
     try:
         summary = train_run.execute(prep, display=(api.display if api is not None else None) or _dashboard,
                                     launched_at=api.started_at if api is not None else None)
+        if prep.is_main and summary.get("run_dir"):  # report.html, the run's plots (a stopped run's too)
+            from fasttrain.report import report_after_run
+            report_after_run(Path(summary["run_dir"]))
         if as_json and prep.is_main:
             print_json(summary)
     finally:

@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
     from fasttrain.train.state.checkpoint import CheckpointPolicy
 
 
+# What a logged step's row takes from telemetry's snapshot: the rates, and the memory held (bytes: this process and
+# its loader workers, the GPU's allocator) beside the limit it is held against (the host's RAM, the GPU's memory),
+# so the report draws memory over the run.
+STEP_ROW_SNAPSHOT = ("images_per_s", "it_per_s", "process_rss_bytes", "host_ram_total_bytes",
+                     "gpu_mem_reserved_bytes", "gpu_mem_peak_bytes", "gpu_mem_total_bytes")
+
+
 @dataclass(frozen=True)
 class StepEvent:
     """The latest logged step: its own figures and, with telemetry, the rolling snapshot."""
@@ -103,8 +110,8 @@ class RunLogListener:
         row = asdict(event.record)
         del row["end_time"]  # a perf_counter stamp: meaningless in a log
         snapshot = event.snapshot or {}
-        for key in ("images_per_s", "it_per_s"):
-            if key in snapshot:
+        for key in STEP_ROW_SNAPSHOT:
+            if snapshot.get(key) is not None:
                 row[key] = snapshot[key]
         self.log.log_step(row)
 

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
 
 # After the last step: the final validation and checkpoint (measured or estimated), then this much for the run
-# log, the summary and the process's exit (seconds; measured about 1-2 s here with TensorBoard's writer thread).
-END_MARGIN_S = 1.5
+# log, the summary, the run's report.html (drawing its plots: about 1.2 s on the 2-core CPU here) and the
+# process's exit (seconds; the rest measured about 1-2 s here with TensorBoard's writer thread).
+END_MARGIN_S = 3.0
 # The first re-plan waits for this many measured steps (the very first steps pay warm-up).
 FIRST_REPLAN_STEPS = 4
 T = TypeVar("T")

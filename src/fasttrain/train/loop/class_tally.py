@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 # the device and twice on the host (the last and the best epoch's).
 MAX_CLASSES = 1000
 TOP_PAIRS = 10  # confused pairs summary.json lists, most often first
+# summary.json's `confusion_matrix` (the report draws it) up to this many classes: a larger one is unreadable drawn.
+MATRIX_SAVED_UP_TO = 50
 
 # What validation hands over once per whole validation: the summed [true, predicted] counts (None above
 # MAX_CLASSES) and the class count.
@@ -115,7 +117,8 @@ def class_name(names: Sequence[str], index: int) -> str:
 
 
 def class_report(tally: ClassTally | None, names: Sequence[str], best_epoch: int | None) -> dict[str, Any]:
-    """summary.json's per-class keys: per_class, confused, per_class_epoch and per_class_basis ("best": the epoch
+    """summary.json's per-class keys: per_class, confused, confusion_matrix ([true][predicted] counts; None above
+    MATRIX_SAVED_UP_TO classes), per_class_epoch and per_class_basis ("best": the epoch
     best.pt and the model files hold; "last": the last validation, when the best epoch's matrix is not here,
     e.g. it came before a resume); per_class_note when nothing could be kept. {} without validation."""
     if tally is None:
@@ -130,4 +133,5 @@ def class_report(tally: ClassTally | None, names: Sequence[str], best_epoch: int
         return {}
     matrix = chosen.matrix.tolist()
     return {"per_class": per_class(matrix, names), "confused": confused_pairs(matrix, names),
+            "confusion_matrix": matrix if len(matrix) <= MATRIX_SAVED_UP_TO else None,
             "per_class_epoch": chosen.epoch, "per_class_basis": "best" if best is not None else "last"}
