@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from conftest import child_env
+from loop_helpers import Clock
 
 BUDGET_S = 20
 # Well past the bar (the budget + 30 s, issue 39): a run still going then hangs, and fails the test.
@@ -115,13 +116,6 @@ def test_a_worker_counts_from_the_command_that_launched_it() -> None:
 
 
 # -- in one process: the agreement, on a scripted second rank ------------------------------------------------------
-class Clock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
 
 class OtherRank:
     """The DistContext of a rank beside another whose epoch-end ballot the test scripts (gather: both, rank order)."""

@@ -11,7 +11,7 @@ import torch
 from fasttrain.train.loop import checkpointing as cp
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.run_state import Position, RunState
-from loop_helpers import tiny_mlp
+from loop_helpers import Clock, tiny_mlp
 
 
 def test_write_due_is_cheap_or_a_small_share() -> None:
@@ -24,13 +24,6 @@ def test_write_due_is_cheap_or_a_small_share() -> None:
 def _state(model: torch.nn.Module) -> RunState:
     return RunState(model=model.state_dict(), optimizer={}, schedule={"step": 0}, position=Position(0, 1, 0))
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_big_checkpoint_waits_until_it_costs_two_percent(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.telemetry.recorder import StepRecord, Telemetry
 from fasttrain.core.format import fmt_clock
 
+from loop_helpers import Clock
+
 ESC = re.compile(r"\x1b|\[\d+m")
 FORECAST = {"images_per_s": 800.0, "step_time_s": 0.08, "peak_memory_bytes": 6 * 2**30}
 
@@ -30,13 +32,6 @@ def report() -> HardwareReport:
 def plan(report: HardwareReport):
     return make_plan(presets.resolve("cpu").profile, report, dataset_size=6400)
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TTY(io.StringIO):

@@ -14,6 +14,8 @@ from fasttrain.profiles.schema import Profile
 from fasttrain.train.loop.budget import END_MARGIN_S, BudgetPace, TimeBudget, steps_that_fit
 from fasttrain.train.setup.budget_args import budget_seconds, cost_seconds, deadline_seconds, parse_duration
 
+from loop_helpers import Clock
+
 
 # -- the flags -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("15m", 900), ("15min", 900), ("2h", 7200),
@@ -55,13 +57,6 @@ def test_steps_that_fit_spread_the_epoch_overhead() -> None:
     assert steps_that_fit(60.0, 0.5, overhead_per_step_s=0.1) == 100
     assert steps_that_fit(-1.0, 0.5) == 0
 
-
-class Clock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Schedule:
