@@ -72,8 +72,13 @@ def summary(run: Path) -> dict[str, Any]:
 
 
 def checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's payload, its weights whole (a last.pt of the best epoch keeps them in model.safetensors)."""
     import torch
-    return torch.load(path, map_location="cpu", weights_only=False)
+
+    from fasttrain.models.saved import resolve_references
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    resolve_references(payload, Path(path).parent)
+    return payload
 
 
 def finite(x: Any) -> bool:

@@ -39,39 +39,45 @@ def test_a_big_checkpoint_waits_until_it_costs_two_percent(tmp_path: Path) -> No
 
 
 def test_the_best_weights_wait_in_memory_and_go_out_with_the_next_write(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
     keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None)
     model = tiny_mlp(seed=1)
     keeper.new_best(model, epoch=1, val_acc1=0.5)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)  # training goes on: the kept copy must not follow
-    assert not (tmp_path / "best.pt").exists()
+    assert not (tmp_path / "model.safetensors").exists()
     keeper.write(_state(model))
-    best = torch.load(tmp_path / "best.pt")
-    assert best["epoch"] == 1 and not torch.equal(best["model"]["1.weight"], model.state_dict()["1.weight"])
+    best = load_file(str(tmp_path / "model.safetensors"))  # the model files: the one copy of the best weights
+    assert not torch.equal(best["1.weight"], model.state_dict()["1.weight"]) and not (tmp_path / "best.pt").exists()
     assert keeper.best is None
 
 
 def test_a_run_whose_checkpoint_is_not_cheap_writes_last_pt_at_its_end(cli, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend the disk writes 1 KB/s: every epoch-end write of tiny_cnn is then far above 2% of an epoch, so
-    last.pt and best.pt are written once, after the last epoch, and the run still resumes from there."""
+    last.pt and the model files are written once, after the last epoch, and the run still resumes from there."""
     from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
     monkeypatch.setattr(cp, "WRITE_BYTES_PER_S", 1e3)
     monkeypatch.chdir(tmp_path)
     write_image_folder(tmp_path / "data")
     (tmp_path / "tiny.yaml").write_text(DETERMINISTIC_PROFILE.replace("epochs: 2", "epochs: 3"))
     saves: list[str] = []
-    real_save = ck.save_atomic
+    real_save, real_model = ck.save_atomic, ck.saved.save_trained
 
     def save(payload, path, **kw):  # noqa: ANN001, ANN003, ANN202
         saves.append(Path(path).name)
         return real_save(payload, path, **kw)
+
+    def save_model(folder, state, meta):  # noqa: ANN001, ANN202
+        saves.append("model.safetensors")
+        return real_model(folder, state, meta)
     monkeypatch.setattr(ck, "save_atomic", save)
+    monkeypatch.setattr(ck.saved, "save_trained", save_model)
     res = cli("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--run-name", "r",
               "--json", "--no-tune")
     assert res.code == 0, res.err
-    assert saves == ["last.pt", "best.pt"], saves
+    assert saves in (["last.pt", "model.safetensors"], ["model.safetensors", "last.pt"]), saves
     assert json.loads(res.out)["epochs_run"] == 3 and ck.load(tmp_path / "runs" / "r" / "last.pt")["epoch"] == 3
 
 

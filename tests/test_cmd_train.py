@@ -80,7 +80,7 @@ def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path:
     assert "\x1b" not in proc.stdout and "\x1b" not in proc.stderr  # not a terminal: plain lines only
     assert "summary (all of it" in proc.stdout and "accuracy         acc@1" in proc.stdout
     run = tmp_path / "runs" / "t1"
-    assert {"last.pt", "best.pt", "epoch_0001.pt", "epoch_0002.pt", "metrics.jsonl", "profile.yaml",
+    assert {"last.pt", "model.safetensors", "epoch_0001.pt", "epoch_0002.pt", "metrics.jsonl", "profile.yaml",
             "summary.json"} <= {p.name for p in run.iterdir()}
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     kinds = [r["kind"] for r in rows]

@@ -22,6 +22,7 @@ import torch
 
 from conftest import child_env, run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
+from fasttrain.train.state import checkpoint as ck
 
 # A real model file in the run's folder (`--model nobn:net`): convolutions, no batch norm, whose batch
 # statistics would make 2 x 4 images differ from 8 by design.
@@ -122,7 +123,7 @@ def _summary(root: Path, name: str) -> dict:
 
 
 def _weights(root: Path, name: str) -> dict[str, torch.Tensor]:
-    return torch.load(root / "runs" / name / "last.pt", map_location="cpu", weights_only=False)["model"]
+    return ck.load(root / "runs" / name / "last.pt")["model"]  # whole: a best epoch's are in model.safetensors
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def test_a_real_run_ends_with_the_ending_and_a_resume_reports_its_own_rate(cli, 
     first = cli("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn", "--runs-dir", str(runs),
                 "--run-name", "r", "--no-tune")
     assert first.code == 0, first.err
-    for needle in ("run folder", "best weights", "tensorboard --logdir", "train further", "--epochs 4"):
+    for needle in ("run folder", "model files", "checkpoints", "tensorboard --logdir", "train further", "--epochs 4"):
         assert needle in first.out, needle
     assert not re.search(r"^\s+\w+_\w+: ", first.out, re.M)  # no `  raw_key: value` lines
     again = cli("train", "--resume", str(runs / "r"), "--epochs", "3", "--no-tune", "--json")

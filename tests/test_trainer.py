@@ -150,7 +150,7 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
     assert result.history[-1]["val_acc1"] >= 0.9 and result.history[-1]["val_acc5"] is None  # 3 classes: no acc@5
     assert result.sanity is not None and result.sanity["val_images"] == 16  # 2 batches before epoch 1
     assert len(log.epochs) == 4 and log.steps[0]["loss"] is not None
-    assert {"last.pt", "best.pt"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"last.pt", "model.safetensors"} <= {p.name for p in tmp_path.iterdir()}
     # The imports' objects stay out of full collections while the epochs run, and are handed back after (heap.py).
     assert all(row["frozen_objects"] > 10_000 for row in log.epochs) and gc.get_freeze_count() == 0
 

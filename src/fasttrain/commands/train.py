@@ -55,8 +55,10 @@ def train_cmd(
     num_classes: Optional[int] = typer.Option(None, "--num-classes", help="Classes for synthetic data or a "
                                               "custom dataset that cannot tell."),
     save_every: Optional[int] = typer.Option(None, "--save-every", metavar="N",
-                                             help="Also keep a checkpoint every N epochs (last.pt and best.pt "
-                                                  "are always written)."),
+                                             help="Also keep a checkpoint every N epochs (last.pt and the model "
+                                                  "files are always written)."),
+    no_last: bool = typer.Option(False, "--no-last", help="Write no last.pt (checkpoint.save_last: false): a short "
+                                 "run keeps only its model files, and cannot be resumed."),
     strict_data: bool = typer.Option(False, "--strict-data", help="Stop at the first unreadable image instead "
                                      "of skipping and counting it."),
     resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN_DIR|FILE|auto",
@@ -111,7 +113,7 @@ def train_cmd(
                                run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
                                weights=weights, seed=seed, quiet=quiet, verbose=verbose, json=as_json,
                                image_size=image_size, num_classes=num_classes, save_every=save_every,
-                               strict_data=strict_data,
+                               strict_data=strict_data, no_last=no_last,
                                resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
                                batch_size=parse_batch_size(batch_size) if batch_size is not None else None,
                                launch=launch, no_tune=no_tune, deadline=deadline, max_cost=max_cost,

@@ -10,11 +10,18 @@ Loading it in your own code (docs/train.md, "Using the trained model"):
 A run that validated each image with its mirror image (`augment.test_flip`, meta["test_flip"]) is loaded as a
 module that does the same (mirror_averaged: logits of the image and of its mirror, averaged), so what you get is
 what the run's accuracy measured; its own weights are `model.model`.
+
+model.safetensors is the run's one copy of its best weights: a last.pt written at the best epoch holds, instead of
+the same tensors again, a reference to it (`reference`: the name, its SHA-256, the prefix of the entry's names),
+which train/state/checkpoint.load() and `--weights` follow (`resolve_references`; while a newer model.safetensors
+replaces the one a last.pt on disk refers to, that one is kept as PREVIOUS_FILE, a hard link).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,22 +35,80 @@ WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
 FORMAT = "fasttrain-model"
 FORMAT_VERSION = 1
+REFERENCE_KEY = "same_as"  # a checkpoint entry {"same_as": "model.safetensors", "sha256": ..., "prefix": ...}
+# The weights a last.pt on disk refers to, kept (a hard link) while model.safetensors is replaced under it.
+PREVIOUS_FILE = ".model.safetensors.prev"
 
 
-def save_trained(folder: Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
-    """Write the weights (a state dict) and their description atomically; -> the weights file."""
+def save_trained(folder: Path, state: dict[str, Any], meta: dict[str, Any] | None) -> Path:
+    """Write the weights (a state dict) and, with `meta`, their description (model.json), each atomically; the
+    weights are fsynced before the rename (a last.pt may refer to them). -> the weights file."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     # safetensors takes contiguous tensors that share no storage: channels_last and tied weights are copied out.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items() if hasattr(v, "detach")}
     weights = folder / WEIGHTS_FILE
-    partial = folder / f".{WEIGHTS_FILE}.partial"
-    save_file(tensors, str(partial), metadata={"format": FORMAT, "model": str(meta.get("model", ""))})
-    os.replace(partial, weights)
-    write_text_atomic(folder / META_FILE, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION,
-                                                      "weights": WEIGHTS_FILE, **meta}, indent=1) + "\n")
+    fd, partial = tempfile.mkstemp(prefix=f".{WEIGHTS_FILE}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        save_file(tensors, partial, metadata={"format": FORMAT, "model": str((meta or {}).get("model", ""))})
+        with open(partial, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(partial, weights)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+    if meta is not None:
+        write_text_atomic(folder / META_FILE, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION,
+                                                          "weights": WEIGHTS_FILE, **meta}, indent=1) + "\n")
     return weights
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (read in 8 MiB pieces)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while piece := fh.read(8 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def reference(folder: Path, prefix: str = "") -> dict[str, str]:
+    """What a checkpoint holds instead of weights model.safetensors keeps: the file, its SHA-256 (it must not change
+    after) and the prefix of the entry's names ("module." for the moving average's)."""
+    return {REFERENCE_KEY: WEIGHTS_FILE, "sha256": file_digest(Path(folder) / WEIGHTS_FILE), "prefix": prefix}
+
+
+def is_reference(value: object) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get(REFERENCE_KEY), str)
+            and isinstance(value.get("sha256"), str))
+
+
+def resolve_references(payload: dict[str, Any], folder: Path) -> str | None:
+    """Every entry of `payload` that refers to a weights file, replaced by its tensors (named as they were) -> None,
+    or what is wrong in words: the file missing, changed since, or unreadable."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    for key, value in list(payload.items()):
+        if not is_reference(value):
+            continue
+        named = Path(folder) / Path(value[REFERENCE_KEY]).name  # beside the checkpoint, never elsewhere
+        kept = f"its '{key}' weights are kept once, in {named.name} beside it, which"
+        if not named.is_file():
+            return f"{kept} is missing (keep the run folder whole)"
+        path = next((p for p in (named, Path(folder) / PREVIOUS_FILE) if p.is_file()
+                     and file_digest(p) == value["sha256"]), None)
+        if path is None:
+            return f"{kept} has changed since (its SHA-256 differs)"
+        try:
+            tensors = load_file(str(path))
+        except (OSError, SafetensorError) as exc:
+            return f"{kept} is not readable ({type(exc).__name__})"
+        prefix = str(value.get("prefix") or "")
+        payload[key] = {prefix + name: tensor for name, tensor in tensors.items()}
+    return None
 
 
 def read_meta(run: Path) -> dict[str, Any]:

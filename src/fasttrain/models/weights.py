@@ -2,7 +2,8 @@
 
 A file is read without unpickling anything but tensors (torch.load(weights_only=True), or safetensors): a plain
 `torch.save`d state_dict, `.safetensors`, a timm training checkpoint ({'state_dict'|'state_dict_ema'|'model': ...}),
-a torchvision checkpoint, a fasttrain run folder or its model.safetensors / best.pt / last.pt. Names lose the
+a torchvision checkpoint, a fasttrain run folder or its model.safetensors / best.pt / last.pt (a last.pt that refers
+to model.safetensors for its weights reads them there). Names lose the
 wrappers' prefixes (`module.` of DataParallel/DDP, `model.`, `_orig_mod.` of torch.compile) where the model has no
 such name. The classifier is re-made when its class count differs. prepare() matches the file against the model
 built on the meta device (match_file: the plan shows the counts, a wrong file fails before training); the run
@@ -107,6 +108,10 @@ def read_state(path: Path, source: str) -> dict[str, torch.Tensor]:
                            "torch.save(model.state_dict(), 'pre.pth')") from None
         raise _problem(source, f"not a weights file (truncated or corrupt?): {type(exc).__name__}",
                        "give a .pth/.pt that torch.save wrote, or a .safetensors file") from None
+    if isinstance(payload, dict):  # a last.pt that keeps its weights once, in model.safetensors beside it
+        from fasttrain.models.saved import resolve_references
+        if (missing := resolve_references(payload, path.parent)) is not None:
+            raise _problem(source, missing, "give the run folder whole, or its model.safetensors")
     state = _tensors_of(payload)
     if not state:
         raise _problem(source, "holds no tensors by name (not a state_dict or a checkpoint of one)",

@@ -160,6 +160,14 @@ class DataSpec(_Section):
                                    "images/, img/ beside it, or its own folder")
 
 
+class CheckpointSpec(_Section):
+    """What a run keeps on disk besides its model files (train/state/checkpoint.py)."""
+
+    save_last: bool = Field(True, description="write last.pt (the weights, the optimizer's state, everything a "
+                            "resume needs); false: a short run keeps only its model files and cannot be resumed "
+                            "(--no-last)")
+
+
 class Profile(_Section):
     """A whole preset or user file after `extends` and overrides are applied."""
 
@@ -173,6 +181,7 @@ class Profile(_Section):
     augment: AugmentSpec = AugmentSpec()
     world: WorldSpec = WorldSpec()
     data: DataSpec = DataSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
 
     # Derived values: one place, each through arithmetic.py.
     @property
@@ -227,7 +236,7 @@ class Profile(_Section):
 SECTIONS: dict[str, type[BaseModel]] = {
     "hardware": HardwareSpec, "loader": LoaderSpec, "speed": SpeedSpec,
     "optim": OptimSpec, "augment": AugmentSpec, "world": WorldSpec,
-    "data": DataSpec,
+    "data": DataSpec, "checkpoint": CheckpointSpec,
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = tuple(Profile.model_fields)
 

@@ -100,6 +100,7 @@ class TrainArgs:
     time_budget: float | None = None     # --time-budget, seconds for the whole command (setup/budget_args.py)
     deadline: str | None = None          # --deadline HH:MM
     max_cost: float | None = None        # --max-cost, US dollars at the profile's price
+    no_last: bool = False                # --no-last: checkpoint.save_last false (no last.pt, no resume)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
 
 

@@ -11,7 +11,7 @@ import math
 import shlex
 from typing import Any
 
-from fasttrain.core.format import fmt_clock, fmt_number, plural, short_name
+from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number, plural, short_name
 from fasttrain.ui.wrap import wrap_command, wrap_words
 
 LABEL_WIDTH = 16
@@ -157,15 +157,25 @@ def ending_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("time budget", _budget(s)),
         ("verdict", s.get("verdict")),
         ("problems", _problems(s)),
-        ("best weights", s.get("checkpoint_best")),
+        ("best weights", None if str(s.get("model_files")).startswith(str(s.get("checkpoint_best")))
+         else s.get("checkpoint_best")),  # model.safetensors: the model files' row names it
         ("model files", s.get("model_files")),
         ("last checkpoint", s.get("checkpoint_last")),
+        ("checkpoints", _on_disk(s)),
         ("resume", s.get("resume_command")),
         ("TensorBoard", f"tensorboard --logdir {shlex.quote(str(run) + '/tb')}" if run else None),
-        *(_further(s, quoted, epochs) if quoted and epochs and not s.get("resume_command") else []),
+        *(_further(s, quoted, epochs) if quoted and epochs and not s.get("resume_command")
+          and s.get("checkpoint_last", True) else []),  # None: no last.pt (--no-last), nothing to resume
         ("predict", _predict(s, quoted) if quoted and s.get("model_files") else None),
     ]
     return [(label, str(value)) for label, value in rows if value]
+
+
+def _on_disk(s: dict[str, Any]) -> str | None:
+    """What the run's checkpoint files weigh: `179 MiB on disk: last.pt 134 MiB, model.safetensors 43 MiB`."""
+    files = s.get("checkpoint_bytes") or {}
+    shown = ", ".join(f"{name} {fmt_bytes(size)}" for name, size in files.items() if name != "model.json")
+    return f"{fmt_bytes(sum(files.values()))} on disk: {shown}" if shown else None
 
 
 def _epoch_s(s: dict[str, Any]) -> float | None:

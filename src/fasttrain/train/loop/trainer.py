@@ -276,4 +276,4 @@ class Trainer:
         if not (final or numbered or self.dist is not None or self.checkpoints.due(state)):
             return None
         self.control.saved()
-        return self.checkpoints.write(state, epoch=epoch)
+        return self.checkpoints.write(state, epoch=epoch, final=final)

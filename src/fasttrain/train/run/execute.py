@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fasttrain.core.given import is_given
 from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd, RunLogListener, TrainListener
 from fasttrain.train.run import opening
-from fasttrain.train.run.export import write_model_files
+from fasttrain.train.run.export import checkpoint_policy, write_model_files
 from fasttrain.train.run.run_clock import RunClock, resumed_clock
 from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
                                          run_summary)
@@ -136,7 +136,7 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
                             input_gain=opening.input_gain(prep) if main else None,
                             classes=classes_text(prep.bundle.num_classes, prep.bundle.class_names),
                             deadline=budget[0].deadline if budget else None)) as listener:
-        listener.on_run_start(plan, opening_notes(prep))
+        listener.on_run_start(plan, opening_notes(prep, model))
         if words := weights_words(prep):  # where the starting weights come from (--weights' counts, the cache)
             listener.on_message(f"weights: {words}")
         if tuning and (args.verbose or "skipped" not in tuning):
@@ -169,7 +169,6 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
     from fasttrain.train.loop.budget import BudgetPace
     from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.trainer import LoopOptions, Trainer
-    from fasttrain.train.state.checkpoint import CheckpointPolicy
 
     prep, args, plan = run.prep, run.prep.args, run.prep.plan
     profile, bundle, sampler = prep.resolved.profile, prep.bundle, run.epoch_sampler
@@ -198,7 +197,7 @@ def _make_trainer(run: _Run, model: torch.nn.Module, listener: TrainListener, st
                           precise_bn_images=profile.optim.precise_bn_images,
                           before_step=_step_abs(run, engine, listener, steps_per_epoch))
     io_ = Collaborators(telemetry=run.telemetry, dashboard=listener, runlog=run.runlog, bad=bundle.bad,
-                        checkpoints=CheckpointPolicy(run.run_dir, args.save_every) if prep.is_main else None)
+                        checkpoints=checkpoint_policy(prep, run.run_dir) if prep.is_main else None)
     trainer = Trainer(engine, io=io_, options=options, stop=stop, dist=run.dist)
     if prep.resume is not None:
         trainer.restore(prep.resume)
@@ -278,7 +277,8 @@ def _train(run: _Run, model: torch.nn.Module, listener: TrainListener) -> dict[s
     if prep.is_main:  # the weights as a user loads them: model.safetensors + model.json (export.py)
         summary["model_files"] = write_model_files(prep, run.run_dir, summary)
     if interrupted is not None:
-        summary.update(interrupted_report(interrupted, resume_cmd, trainer.last_good))
+        summary.update(interrupted_report(interrupted, resume_cmd if profile.checkpoint.save_last else None,
+                                          trainer.last_good))
     end = RunEnd(summary)
     if runlog is not None:
         RunLogListener(runlog).on_run_end(end)

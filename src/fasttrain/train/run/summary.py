@@ -28,16 +28,20 @@ def resume_command(run_dir: Path, nodes: int = 1, per_node: int = 1, *, python: 
     return command
 
 
-def interrupted_report(exc: Interrupted, command: str, last_good: Path | None) -> dict[str, Any]:
-    """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it."""
-    if exc.checkpoint is not None:
+def interrupted_report(exc: Interrupted, command: str | None, last_good: Path | None) -> dict[str, Any]:
+    """What a stopped run reports: where it stopped, the checkpoint, the exact command that continues it (None: the
+    run keeps no last.pt, checkpoint.save_last false, and cannot be resumed)."""
+    if command is None:
+        saved = ("no last.pt (checkpoint.save_last: false): the run cannot be resumed; its weights are in "
+                 "model.safetensors")
+    elif exc.checkpoint is not None:
         saved = f"checkpoint {exc.checkpoint} written"
     else:
         saved = f"no checkpoint could be written now; the last good one is {last_good}" \
             if last_good else "no checkpoint could be written"
     where = f"epoch {exc.epoch + 1}, batch {exc.batch}" if exc.batch else f"the end of epoch {exc.epoch}"
     text = (f"fasttrain: stopped by {exc.signal_name} after optimizer step {exc.step} ({where}); {saved}."
-            f"\nfasttrain: resume with: {command}")
+            + (f"\nfasttrain: resume with: {command}" if command else ""))
     return {"interrupted": exc.signal_name, "exit_code": exc.exit_code, "stopped_at": {
             "epoch": exc.epoch + 1, "batch": exc.batch, "step": exc.step},
             "checkpoint_written": str(exc.checkpoint) if exc.checkpoint else None,

@@ -97,6 +97,8 @@ def flag_overrides(args: TrainArgs, world: WorkerWorld | None = None) -> dict[st
         flags["loader.image_size"] = ("--image-size", args.image_size)
     if isinstance(args.batch_size, int):  # "auto" is searched (setup/batch_search.py), then resolved
         flags["loader.batch_size"] = ("--batch-size", args.batch_size)
+    if args.no_last:
+        flags["checkpoint.save_last"] = ("--no-last", False)
     return flags
 
 

@@ -4,10 +4,13 @@ Rendering only: every figure comes from the Plan and the prepared run."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.format import short_name
 from fasttrain.train.types import Prepared
+
+if TYPE_CHECKING:
+    import torch
 
 
 def plan_view(prep: Prepared) -> dict[str, Any]:
@@ -26,8 +29,21 @@ def plan_view(prep: Prepared) -> dict[str, Any]:
         "recipe": recipe_words(prep),
         "plan": p.to_dict(),
         "tuning": _tuning_view(prep),
+        "checkpoints": checkpoints_view(prep),
         "notes": plan_notes(prep),
     }
+
+
+def checkpoints_view(prep: Prepared, model: torch.nn.Module | None = None) -> dict[str, Any] | None:
+    """What the run's checkpoint files will weigh (train/state/checkpoint_size.py), with its line: counted on
+    `model` (the run's own, once it is built: a builder is called once per run), else on the meta device; None when
+    the model cannot be counted (the forecast is advice: the run itself goes on)."""
+    from fasttrain.train.state.checkpoint_size import for_run, words
+    try:
+        told = for_run(prep, model)
+    except Exception:  # noqa: BLE001 - a model of the user's own that does not build on the meta device
+        return None
+    return {**told.to_dict(), "line": words(told)}
 
 
 def weights_words(prep: Prepared) -> str | None:
@@ -86,8 +102,9 @@ def plan_notes(prep: Prepared) -> list[str]:
 
 # Notes that say how the run works rather than something the user must act on or know before the first step: shown
 # with --verbose, and kept in summary.json ("plan_notes", "notes") either way.
+# The plan's tuning note: the run's own tuning line says it (execute.py). The checkpoints' sizes: --dry-run's line.
 DETAIL_PREFIXES = ("input: ", "CPU compute threads: ", "CPU allocator: ", "CPU convolutions: ", "pin_memory off",
-                   "TF32 off", "tuning: ")  # the plan's tuning note: the run's own tuning line says it (execute.py)
+                   "TF32 off", "tuning: ", "checkpoints: ")
 
 
 def must_know(note: str) -> bool:
@@ -95,13 +112,16 @@ def must_know(note: str) -> bool:
     return not note.removeprefix("note: ").startswith(DETAIL_PREFIXES)
 
 
-def opening_notes(prep: Prepared) -> list[str]:
+def opening_notes(prep: Prepared, model: torch.nn.Module | None = None) -> list[str]:
     """The notes the dashboard opens with: the profile's notes on values the user chose (one about the preset's own
-    choice, e.g. bf16 on a CPU, is the preset's business: the plan's notes say what it became), then the plan's;
-    without --verbose only those must_know() keeps."""
+    choice, e.g. bf16 on a CPU, is the preset's business: the plan's notes say what it became), then the plan's,
+    then what the checkpoints will weigh (counted on `model`, the run's); without --verbose only those must_know()
+    keeps."""
     notes = [n.line() for n in prep.resolved.notes
              if prep.args.verbose or not _presets_own(prep, n.where.split(" ")[0].rstrip(":"))]
     notes += list(prep.plan.notes)
+    if prep.is_main and (told := checkpoints_view(prep, model)) is not None:  # said with --verbose; no last.pt: always
+        notes.append(told["line"] if "last.pt" not in told["files"] else f"checkpoints: {told['line']}")
     return notes if prep.args.verbose else [n for n in notes if must_know(n)]
 
 
@@ -166,6 +186,7 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"model        {view['model']}",
         *([f"weights      {view['weights']}"] if view.get("weights") else []),
         f"tuning       {view['tuning']['line']}",
+        *([f"checkpoints  {view['checkpoints']['line']}"] if view.get("checkpoints") else []),
     ]
     lines += [f"note         {n}" for n in view["notes"]]
     return lines

@@ -56,6 +56,8 @@ def prepare(given: TrainArgs) -> Prepared:
     report = probe()
     ref, reason = choose_profile(args, report)
     resolved = presets.resolve(ref, sets=args.sets, flags=flag_overrides(args, world))
+    from fasttrain.train.state.resume import check_keep_last
+    check_keep_last(args, resolved.profile.checkpoint.save_last, resume)  # --no-last: no resume point, none used
     resolved, data_notes = _check_data(args, resolved)
     resolved, budget_note = _budget_schedule(args, resolved)
     norm, norm_notes = _run_norm(args, resolved)

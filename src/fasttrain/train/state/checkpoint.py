@@ -1,18 +1,17 @@
 """Checkpoints written atomically and checked on load.
 
-Write: a temporary file in the same directory, flushed and fsynced, then os.replace() over the old
-name (atomic on POSIX within one file system), then the directory is fsynced so the rename survives a
-power cut. A reader therefore sees the old checkpoint or the new one, never half of one.
-Content is everything an exact resume needs: model, optimizer, GradScaler, LR schedule,
-epoch and batch inside it, sampler state, RNG states (rng.py), the resolved profile and versions.
-A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy says so and
-the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
-Every file carries a SHA-256 of its content (integrity.py); load() verifies it and the types of the
-fields a resume reads, so a flipped byte or an edited field is refused like a truncated file, naming the
-previous good checkpoint. Runs and files are ranked by the position recorded inside them, never by mtime.
-Test hook: FASTTRAIN_TEST_SLOW_SAVE=seconds (read and checked once, when a CheckpointPolicy is made: a bad
-value is an exit-2 error before training) sleeps between the complete temporary file and the rename when it
-replaces an existing checkpoint, so a test can kill the process in that window.
+Write: a temporary file in the same directory, flushed and fsynced, then os.replace() over the old name (atomic on
+POSIX within one file system), then the directory is fsynced so the rename survives a power cut. A reader therefore
+sees the old checkpoint or the new one, never half of one. Content is everything an exact resume needs: model,
+optimizer, GradScaler, LR schedule, epoch and batch inside it, sampler state, RNG states (rng.py), the resolved
+profile and versions. A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy
+says so and the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
+Every file carries a SHA-256 of its content (integrity.py); load() verifies it and the types of the fields a resume
+reads, so a flipped byte or an edited field is refused like a truncated file, naming the previous good checkpoint.
+An entry kept once in model.safetensors (models/saved.py: a reference and that file's SHA-256) is read from there.
+Runs and files are ranked by the position recorded inside them, never by mtime. Test hook:
+FASTTRAIN_TEST_SLOW_SAVE=seconds (checked when a CheckpointPolicy is made: a bad value is an exit-2 error) sleeps
+before the rename that replaces a checkpoint, so a test can kill the process in that window.
 """
 from __future__ import annotations
 
@@ -21,12 +20,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.models import saved
 from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, to_host, verify_checksum, with_checksum
 from fasttrain.train.state.run_state import Position
 from fasttrain.core.diskspace import disk_full, disk_write_error
@@ -78,10 +78,11 @@ def test_slow_save_seconds() -> float:
 
 
 def prune_stale_temporaries(directory: Path, max_age_s: float = 0.0) -> list[Path]:
-    """Remove `.NAME.pt.*.tmp` files left by a process killed mid-save (older than `max_age_s`)."""
+    """Remove `.NAME.pt.*.tmp` (and model.safetensors') files left by a process killed mid-save (older than
+    `max_age_s`)."""
     removed = []
     now = time.time()
-    for tmp in Path(directory).glob(".*.pt.*.tmp"):
+    for tmp in [*Path(directory).glob(".*.pt.*.tmp"), *Path(directory).glob(".model.safetensors.*.tmp")]:
         try:
             if now - tmp.stat().st_mtime >= max_age_s:
                 tmp.unlink()
@@ -128,7 +129,7 @@ def load(path: Path, *, hint: bool = True, complete: bool = False) -> dict[str, 
     bad_sum = verify_checksum(payload)
     if bad_sum is not None and bad_sum != NO_CHECKSUM:
         raise why(bad_sum)
-    bad_field = schema_problem(payload, complete)
+    bad_field = schema_problem(payload, complete) or saved.resolve_references(payload, path.parent)
     if bad_field is not None:
         raise why(f"not a usable checkpoint: {bad_field}")
     payload["checksum_note"] = bad_sum
@@ -220,22 +221,26 @@ def _previous_hint(path: Path, complete: bool = False) -> str:
 
 
 class CheckpointPolicy:
-    """The files a run keeps: last.pt (where the run stands: everything a resume needs), best.pt (the best
-    weights only: it opens with plain `torch.load`, for using the model), epoch_N.pt every N epochs
-    (`--save-every`, kept). When they are written is the loop's choice (train/loop/checkpointing.py). Each replaces
-    its old file only once the new one is complete (save_atomic). A save that fails for lack of disk keeps the
-    old file and adds a line to `errors` (the run goes on: losing a checkpoint is better than losing the run)."""
+    """The files a run keeps: last.pt (where the run stands: everything a resume needs; none with `keep_last`
+    False), the model files (model.safetensors + model.json: the best weights, the run's one copy of them),
+    epoch_N.pt every N epochs (`--save-every`, kept). When they are written is the loop's choice
+    (train/loop/checkpointing.py). Each replaces its old file only once the new one is complete. A save that fails
+    for lack of disk keeps the old file and adds a line to `errors` (the run goes on: losing a checkpoint is better
+    than losing the run). `model_meta`: model.json's fields but the epoch's (train/run/export.py)."""
 
-    def __init__(self, directory: Path, every_epochs: int | None = None):
+    def __init__(self, directory: Path, every_epochs: int | None = None, *, keep_last: bool = True,
+                 model_meta: dict[str, Any] | None = None):
         self.directory = Path(directory)
         self.every_epochs = every_epochs
+        self.keep_last = keep_last
+        self.model_meta = model_meta
         self.errors: list[str] = []
         self.slow_save_s = test_slow_save_seconds()  # checked here, before training starts
 
-    def _save(self, payload: dict[str, Any], name: str) -> Path | None:
+    def _save(self, name: str, write: Callable[[Path], Path]) -> Path | None:
         path = self.directory / name
         try:
-            written = save_atomic(payload, path, slow_save_s=self.slow_save_s)
+            written = write(path)
         except Exception as exc:  # noqa: BLE001 - only disk errors are survivable; the rest re-raised
             if not disk_write_error(exc):
                 raise
@@ -248,11 +253,18 @@ class CheckpointPolicy:
         return written
 
     def save_last(self, payload: dict[str, Any]) -> Path | None:
-        return self._save(payload, "last.pt")
+        if not self.keep_last:
+            return None
+        return self._save("last.pt", lambda path: save_atomic(payload, path, slow_save_s=self.slow_save_s))
 
-    def save_best(self, weights: dict[str, Any]) -> Path | None:
-        """`weights`: a weights_payload() (no optimizer, no RNG state: plain `torch.load` opens it)."""
-        return self._save(weights, BEST_FILE)
+    def save_model(self, weights: dict[str, Any]) -> Path | None:
+        """The model files from a weights_payload(); a best.pt of an earlier fasttrain, superseded, is removed."""
+        meta = None if self.model_meta is None else {**self.model_meta, "from": weights["from"],
+                                                     "epoch": weights["epoch"], "val_acc1": weights["val_acc1"]}
+        written = self._save(saved.WEIGHTS_FILE, lambda path: saved.save_trained(path.parent, weights["model"], meta))
+        if written is not None:
+            (self.directory / BEST_FILE).unlink(missing_ok=True)
+        return written
 
     def numbered_due(self, epoch: int) -> bool:
         """--save-every N asks for epoch_N.pt after epoch `epoch` (0-based)."""
@@ -262,13 +274,17 @@ class CheckpointPolicy:
         """epoch_N.pt after epoch `epoch` (0-based) when --save-every N asks for it; else None."""
         if not self.numbered_due(epoch):
             return None
-        return self._save(payload, f"epoch_{epoch + 1:04d}.pt")
+        return self._save(f"epoch_{epoch + 1:04d}.pt", lambda path: save_atomic(payload, path,
+                                                                                slow_save_s=self.slow_save_s))
 
 
-BEST_FILE = "best.pt"
+BEST_FILE = "best.pt"        # the best weights as an earlier fasttrain kept them (model.safetensors now)
 WEIGHTS_KIND = "weights"   # a checkpoint's "kind" when it holds weights only (best.pt): not a resume point
 
 
-def weights_payload(model: dict[str, Any], *, epoch: int, val_acc1: float | None) -> dict[str, Any]:
-    """The best weights as a file plain `torch.load` (weights_only=True) opens: tensors, numbers and strings."""
-    return {"kind": WEIGHTS_KIND, "model": model, "epoch": epoch, "val_acc1": val_acc1}
+def weights_payload(model: dict[str, Any], *, epoch: int, val_acc1: float | None,
+                    best: bool = True) -> dict[str, Any]:
+    """Weights for the model files (`best`: of the best epoch; else the last, when no epoch was validated); as
+    best.pt held them, a file plain `torch.load` (weights_only=True) opens: tensors, numbers and strings."""
+    return {"kind": WEIGHTS_KIND, "model": model, "epoch": epoch, "val_acc1": val_acc1,
+            "from": "best epoch" if best else "last epoch"}

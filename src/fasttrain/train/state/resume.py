@@ -37,8 +37,9 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
         if path.is_dir():
             found = candidates(path)
             if not found:
-                raise UserError([Problem("--resume", f"no checkpoint (*.pt) in {path}",
-                                         "give a run folder that holds last.pt, or a checkpoint file", spec)])
+                raise _kept_no_last(path, spec) or UserError([Problem(
+                    "--resume", f"no checkpoint (*.pt) in {path}", "give a run folder that holds last.pt, or a "
+                    "checkpoint file", spec)])
             path = found[0]
         elif weights_only(path):
             raise UserError([Problem("--resume", f"{path} holds the best weights only (for using the model), not "
@@ -55,9 +56,40 @@ def find_checkpoint(spec: str, runs_dir: Path, run_name: str | None) -> tuple[Re
         except UserError:
             skipped.append(path)
     where = folder if folder is not None else runs_dir
+    if folder is not None and not ranked and (kept := _kept_no_last(folder, spec)) is not None:
+        raise kept
     raise UserError([Problem("--resume auto", f"no loadable checkpoint in {where}"
                              + (f" (damaged: {', '.join(str(p) for p in skipped)})" if skipped else ""),
                              "start a new run without --resume, or name a checkpoint file")])
+
+
+def _kept_no_last(folder: Path, spec: str) -> UserError | None:
+    """The refusal for a run folder trained with checkpoint.save_last false (its profile.yaml says so), else None."""
+    import yaml
+    try:
+        profile = yaml.safe_load((Path(folder) / "profile.yaml").read_text())
+        keep_last = profile["checkpoint"]["save_last"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    if keep_last is not False:
+        return None
+    return UserError([Problem("--resume", f"{folder} was trained with checkpoint.save_last: false (--no-last): it "
+                              "kept no last.pt and cannot be resumed", f"start a new run from its weights: fasttrain "
+                              f"train --weights {folder}", spec)])
+
+
+def check_keep_last(args: TrainArgs, keep_last: bool, resume: Resume | None) -> None:
+    """checkpoint.save_last false (--no-last) keeps no resume point: refused beside what would make or use one."""
+    if keep_last:
+        return
+    why = "--no-last" if args.no_last else "checkpoint.save_last: false"
+    if resume is not None:
+        raise UserError([Problem("--resume", f"continues a run that keeps last.pt; {why} would leave it behind the "
+                                 "run", f"drop {why}")])
+    for flag, value in (("--save-every", args.save_every), ("--save-every-minutes", args.save_every_minutes)):
+        if value is not None:
+            raise UserError([Problem(flag, f"keeps checkpoints a run resumes from; {why} is for a run that keeps "
+                                     "none", f"drop {flag} or {why}", value)])
 
 
 def _runs_hint(runs_dir: Path) -> str:
