@@ -36,7 +36,7 @@ NO_REPORT = "FASTTRAIN_NO_REPORT"  # set: a run writes no report.html (src/fastt
 def _clean_fasttrain_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's FASTTRAIN_* overrides, nor the runner's terminal size."""
     for name in list(os.environ):
-        if name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE" or name in TERMINAL_SIZE_VARS:
+        if (name.startswith("FASTTRAIN_") and name != "FASTTRAIN_CACHE") or name in TERMINAL_SIZE_VARS:
             monkeypatch.delenv(name, raising=False)
     # The suite's hundreds of runs draw no report.html (about 1.2 s each); tests/test_report.py draws them.
     monkeypatch.setenv(NO_REPORT, "1")
@@ -94,7 +94,7 @@ def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: Path | No
                           env=child_env(env), cwd=cwd or REPO, timeout=timeout)
 
 
-def one_error_line(result, *needles: str) -> str:  # noqa: ANN001 - CliResult
+def one_error_line(result, *needles: str) -> str:
     """Exit 2, no traceback, exactly one `fasttrain: error:` line, holding each of `needles`; -> that line."""
     assert result.code == 2, (result.code, result.out, result.err)
     assert "Traceback" not in result.err + result.out

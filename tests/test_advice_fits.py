@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 
+from loop_helpers import cpu_plan, cpu_report
+
 from fasttrain.profiles.recommend import MAX_MEASURED_NOTES, recommend
 from fasttrain.telemetry.verdict import assess, compile_repays
 from fasttrain.tuning.store import Measurement, machine_measurements, measured_on
-from loop_helpers import cpu_plan, cpu_report
 
 COMPUTE_BOUND = {"steps_seen": 60, "window_steps": 30, "data_wait_fraction": 0.05, "h2d_fraction": 0.0,
                  "compute_fraction": 0.95}

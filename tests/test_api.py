@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
+from conftest import FIXTURES, child_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import FIXTURES, child_env
 from loop_helpers import cpu_report, write_image_folder
 
 API = ("train", "doctor", "estimate", "plan")
@@ -89,7 +88,7 @@ def test_a_new_flag_is_a_keyword_with_nothing_to_change() -> None:
     app = typer.Typer(add_completion=False)
 
     @app.command()
-    def train(time_budget: Optional[str] = typer.Option(None, "--time-budget")) -> object:
+    def train(time_budget: str | None = typer.Option(None, "--time-budget")) -> object:
         return time_budget
 
     cmd = typer.main.get_command(app)
@@ -200,7 +199,7 @@ def _net_and_data() -> tuple[Any, Any, Any]:
 
 
 def test_a_model_object_trains_in_place_and_resumes_from_python_not_a_shell(tmp_path: Path,
-                                                                             cli) -> None:  # noqa: ANN001
+                                                                             cli) -> None:
     import torch
 
     import fasttrain
@@ -237,7 +236,7 @@ def test_an_interrupted_run_returns_its_summary_and_the_callers_handlers(tmp_pat
     assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
-def test_doctor_returns_what_the_command_prints_as_json(cli) -> None:  # noqa: ANN001
+def test_doctor_returns_what_the_command_prints_as_json(cli) -> None:
     import fasttrain
     recorded = FIXTURES / "reports" / "cpu_only.json"
     report = fasttrain.doctor(report_from=recorded)

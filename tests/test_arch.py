@@ -48,7 +48,7 @@ def test_the_newest_wheel_that_still_has_the_gpu() -> None:
     assert arch.wheel_for("3.7") is None
 
 
-def test_doctor_fails_a_v100_with_this_build_naming_the_install_fix(cli) -> None:  # noqa: ANN001
+def test_doctor_fails_a_v100_with_this_build_naming_the_install_fix(cli) -> None:
     res = cli("doctor", "--report-from", str(REPORTS / "v100_torch_cu130.json"), "--profile", "gcp-v100", "--json")
     assert res.code == 1, res.err
     found = {f["id"]: f for f in json.loads(res.out)["findings"]}
@@ -75,7 +75,7 @@ def test_the_plan_refuses_with_the_same_reason() -> None:
     make_plan(profile, load("v100_16"))  # a report without the list plans as before
 
 
-def test_train_dry_run_on_that_machine_exits_2_with_the_fix(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_train_dry_run_on_that_machine_exits_2_with_the_fix(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fasttrain.train.setup.prepare.probe", lambda: load("v100_torch_cu130"))
     res = cli("train", "--profile", "gcp-v100", "--data", "synthetic", "--dry-run")
     assert res.code == 2, res.out + res.err
@@ -83,7 +83,8 @@ def test_train_dry_run_on_that_machine_exits_2_with_the_fix(cli, monkeypatch: py
 
 
 def test_the_torch_child_records_the_arch_list() -> None:
-    from fasttrain.hardware import torch_child
     import torch
+
+    from fasttrain.hardware import torch_child
     seen = torch_child.collect()
     assert seen["arch_list"] == (torch.cuda.get_arch_list() if torch.version.cuda else None)

@@ -17,12 +17,12 @@ WORKER_ENV = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SI
 
 
 def _no_search_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    def searched(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def searched(*args, **kwargs):
         raise AssertionError("the batch search ran in this process")
     monkeypatch.setattr("fasttrain.train.setup.batch_search.auto_batch_flags", searched)
 
 
-def test_the_launchers_search_runs_in_a_child_process(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_the_launchers_search_runs_in_a_child_process(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     _no_search_here(monkeypatch)
     res = cli("train", "--profile", "cpu", "--data", "synthetic", "--model", "tiny_cnn", "--nproc-per-node", "2",
               "--batch-size", "auto", "--dry-run", "--json")
@@ -53,7 +53,7 @@ def test_a_worker_sets_its_gpu_before_anything_touches_cuda(monkeypatch: pytest.
     class Probed(Exception):
         pass
 
-    def probe():  # noqa: ANN202
+    def probe():
         calls.append("probe")
         raise Probed
 
@@ -97,6 +97,7 @@ def test_under_bare_torchrun_rank_zero_decides_for_every_rank(monkeypatch: pytes
 
 def test_a_refusal_on_rank_zero_reaches_the_others_as_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.distributed import TCPStore
+
     from fasttrain.core.errors import Problem
     port = _free_port()
     for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "u",

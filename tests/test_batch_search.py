@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from fasttrain.train.setup import batch_math as bm
-from fasttrain.train.setup import batch_search as bs
-from fasttrain.train.loop.oom import is_out_of_memory
 from fasttrain.core.errors import JobFailed, UserError
+from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.plan import make_plan
 from fasttrain.profiles.schema import LoaderSpec, OptimSpec, Profile
-from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.train.loop.oom import is_out_of_memory
+from fasttrain.train.setup import batch_math as bm
+from fasttrain.train.setup import batch_search as bs
 
 CPU_REPORT = HardwareReport(cpu=CpuInfo(logical_cores=2),
                             memory=MemoryInfo(ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30))

@@ -105,8 +105,8 @@ def tiny_image_folder(root: Path, classes: int = 2, per_class: int = 10, size: i
 
 def test_real_sweep_over_a_tiny_folder_measures_rate_and_ram(tmp_path: Path) -> None:
     from fasttrain.datasets.build import build_datasets
-    from fasttrain.plan import make_plan
     from fasttrain.hardware.machine import probe
+    from fasttrain.plan import make_plan
 
     prof = presets.resolve("cpu", env={}, sets=["loader.batch_size=4", "loader.image_size=16"]).profile
     bundle = build_datasets(str(tiny_image_folder(tmp_path / "imgs")), image_size=16, augment=prof.augment)

@@ -19,7 +19,7 @@ def test_park_and_unpark_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     moved: list[str] = []
     real_to = torch.Tensor.to
 
-    def to(t, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202 - a move to "cuda" is pretended: CPU tensors stand in
+    def to(t, *a, **k):
         moved.append(str(a[0]) if a else "")
         return t if a and "cuda" in str(a[0]) else real_to(t, *a, **k)
 

@@ -9,10 +9,10 @@ import pytest
 
 from fasttrain.bench import claims as bcl
 from fasttrain.bench import speedup_summary as bsu
-from fasttrain.bench import variants as bva
 from fasttrain.bench import speedups as bsp
-from fasttrain.profiles.schema import LoaderSpec, Profile
+from fasttrain.bench import variants as bva
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.profiles.schema import LoaderSpec, Profile
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 
@@ -237,7 +237,7 @@ def test_one_configuration_is_on_the_device_at_a_time(monkeypatch: pytest.Monkey
     monkeypatch.setattr(bsp, "build_candidate", lambda *a, **k: built.append(real_build(*a, **k)) or built[-1])
     on_device: list[list[str]] = []
 
-    def steps(cand, n):  # noqa: ANN001, ANN202
+    def steps(cand, n):
         on_device.append([c.variant.name for c in built if not c.parking.parked])
         return real_steps(cand, n)
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from conftest import child_env
 from loop_helpers import Clock
 

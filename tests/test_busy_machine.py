@@ -10,10 +10,11 @@ import sys
 import time
 
 import pytest
+from loop_helpers import cpu_plan, cpu_report
 
 from fasttrain.telemetry.contention import HostReader, busy_text
 from fasttrain.telemetry.verdict import assess
-from loop_helpers import cpu_plan, cpu_report
+
 
 def two_cores():
     """The recorded CPU machine cut to the issue's 2 cores."""

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from loop_helpers import tiny_mlp
 
+from fasttrain.core.errors import UserError
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state import rng
-from fasttrain.core.errors import UserError
-from loop_helpers import tiny_mlp
 
 
 def _payload(model: torch.nn.Module) -> dict:

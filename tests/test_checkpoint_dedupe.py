@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, tiny_mlp, write_image_folder
+
 from fasttrain.models.saved import WEIGHTS_FILE, is_reference
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.run_state import Position, RunState
@@ -199,7 +199,7 @@ def test_last_pt_loads_at_every_moment_while_a_later_best_replaces_model_safeten
     assert is_reference(torch.load(tmp_path / "last.pt", weights_only=False)["model"])
     real, checked = saved.save_trained, []
 
-    def save(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the real one's arguments
+    def save(*args, **kwargs):
         checked.append(ck.load(tmp_path / "last.pt")["epoch"])  # loads before model.safetensors is replaced ...
         out = real(*args, **kwargs)
         checked.append(ck.load(tmp_path / "last.pt")["epoch"])  # ... and after

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import child_env, run_subprocess
+from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+
 from fasttrain.core.errors import UserError
+from fasttrain.train.run.lock import RunLock
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.resume import find_checkpoint, latest_run
-from fasttrain.train.run.lock import RunLock
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 ENV = {"OMP_NUM_THREADS": "1"}
 BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--save-every", "1")
@@ -70,7 +70,7 @@ def _flip_inside_largest_tensor(path: Path, count: int = 16) -> str:
 
 
 # -- 1. silent corruption ------------------------------------------------------------------------------------
-def test_flipped_bytes_inside_a_tensor_are_refused_and_auto_skips_them(work: Path, reference: Path, cli,  # noqa: ANN001
+def test_flipped_bytes_inside_a_tensor_are_refused_and_auto_skips_them(work: Path, reference: Path, cli,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     run = _copy(reference, "flipped")
     before = torch.load(run / "last.pt", weights_only=False)
@@ -129,7 +129,7 @@ def test_auto_takes_the_furthest_checkpoint_and_run_not_the_newest_file(referenc
     (lambda p: p["args"].update(epochs="two"), "'args.epochs' should be int"),
 ])
 def test_a_checkpoint_with_fields_of_the_wrong_type_names_the_file_and_field(
-        reference: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, edit, field: str) -> None:  # noqa: ANN001
+        reference: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, edit, field: str) -> None:
     payload = torch.load(reference / "last.pt", weights_only=False)
     del payload["checksum"]  # a hand-edited file: as an older fasttrain would have written it
     edit(payload)
@@ -142,7 +142,7 @@ def test_a_checkpoint_with_fields_of_the_wrong_type_names_the_file_and_field(
     assert len(res.err.strip().splitlines()) <= 2
 
 
-def test_a_payload_that_is_not_a_dict_is_refused(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_payload_that_is_not_a_dict_is_refused(tmp_path: Path, cli) -> None:
     torch.save([1, 2, 3], tmp_path / "list.pt")
     res = cli("train", "--resume", str(tmp_path / "list.pt"))
     assert res.code == 2 and "not a fasttrain checkpoint (it holds a list, not a dict)" in res.err
@@ -201,7 +201,7 @@ def test_a_second_process_is_refused_and_a_killed_runs_late_rows_are_dropped_on_
 @pytest.mark.parametrize("name, value", [("FASTTRAIN_TEST_SLOW_SAVE", "abc"), ("FASTTRAIN_TEST_SLOW_SAVE", "nan"),
                                          ("FASTTRAIN_TEST_SIGNAL_AT_STEP", "3x"),
                                          ("FASTTRAIN_TEST_SIGNALS", "KILL")])
-def test_a_bad_test_hook_value_is_one_line_and_exit_2(work: Path, cli, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+def test_a_bad_test_hook_value_is_one_line_and_exit_2(work: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                       name: str, value: str) -> None:
     monkeypatch.chdir(work)
     monkeypatch.setenv(name, value)

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+
 from fasttrain.train.state.checkpoint_size import ModelBytes, forecast, run_files
 
 W, T = 40_000_000, 39_000_000  # a model's state (weights and buffers) and its trainable weights, bytes

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from loop_helpers import Clock, tiny_mlp
 
 from fasttrain.train.loop import checkpointing as cp
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.run_state import Position, RunState
-from loop_helpers import Clock, tiny_mlp
 
 
 def test_write_due_is_cheap_or_a_small_share() -> None:
@@ -65,11 +65,11 @@ def test_a_run_whose_checkpoint_is_not_cheap_writes_last_pt_at_its_end(cli, tmp_
     saves: list[str] = []
     real_save, real_model = ck.save_atomic, ck.saved.save_trained
 
-    def save(payload, path, **kw):  # noqa: ANN001, ANN003, ANN202
+    def save(payload, path, **kw):
         saves.append(Path(path).name)
         return real_save(payload, path, **kw)
 
-    def save_model(folder, state, meta):  # noqa: ANN001, ANN202
+    def save_model(folder, state, meta):
         saves.append("model.safetensors")
         return real_model(folder, state, meta)
     monkeypatch.setattr(ck, "save_atomic", save)
@@ -95,7 +95,7 @@ def test_the_last_epochs_row_does_not_wait_for_the_final_save(cli, tmp_path: Pat
     real_save = ck.save_atomic
     saved_at: list[float] = []
 
-    def slow_save(payload, path, **kw):  # noqa: ANN001, ANN003, ANN202
+    def slow_save(payload, path, **kw):
         time.sleep(1.5)
         saved_at.append(time.time())
         return real_save(payload, path, **kw)

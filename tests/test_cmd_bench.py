@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bench_loader import tiny_image_folder
 
 from fasttrain.bench.results import new_bench_dir, read_result
-from test_bench_loader import tiny_image_folder
 
 SMALL = ["--profile", "cpu", "--image-size", "16"]
 

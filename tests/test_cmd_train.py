@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_subprocess
 from loop_helpers import TINY_PROFILE, write_image_folder
 
@@ -19,7 +18,7 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
     return write_image_folder(tmp_path / "data"), profile
 
 
-def test_dry_run_prints_the_plan(cli, setup) -> None:  # noqa: ANN001
+def test_dry_run_prints_the_plan(cli, setup) -> None:
     data, profile = setup
     res = cli("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn", "--dry-run",
               "--set", "optim.accumulation_steps=2", "--epochs", "3")
@@ -34,7 +33,7 @@ def test_dry_run_prints_the_plan(cli, setup) -> None:  # noqa: ANN001
     assert "precision    bf16-mixed (as asked; " in out, "kept as asked: it must not read as if it was changed"
 
 
-def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001
+def test_dry_run_json(cli, setup) -> None:
     data, profile = setup
     res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--json",
               "--set", "loader.batch_size=8")
@@ -56,7 +55,7 @@ def test_dry_run_json(cli, setup) -> None:  # noqa: ANN001
     (["--profile", "cpuu"], "cpu"),
     (["--set", "world.gpus_per_node=2"], "the profile asks for 2 processes"),
 ])
-def test_bad_inputs_exit_2_with_a_reason(cli, setup, tmp_path: Path, args: list[str], expected: str) -> None:  # noqa: ANN001
+def test_bad_inputs_exit_2_with_a_reason(cli, setup, tmp_path: Path, args: list[str], expected: str) -> None:
     data, profile = setup
     (tmp_path / "empty" / "train" / "a").mkdir(parents=True)
     (tmp_path / "empty" / "train" / "b").mkdir(parents=True)
@@ -71,7 +70,7 @@ def test_bad_inputs_exit_2_with_a_reason(cli, setup, tmp_path: Path, args: list[
     assert res.err.startswith("fasttrain: error:")
 
 
-def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path: Path) -> None:
     data, profile = setup
     proc = run_subprocess("train", "--profile", str(profile), "--data", str(data), "--model", "tiny_cnn",
                           "--runs-dir", str(tmp_path / "runs"), "--run-name", "t1", "--save-every", "1",
@@ -102,7 +101,7 @@ def test_a_real_run_writes_checkpoints_metrics_and_plain_output(setup, tmp_path:
     assert torch.is_tensor(payload["rng"]["torch"])
 
 
-def test_json_summary_and_a_custom_model(cli, setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_json_summary_and_a_custom_model(cli, setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data, profile = setup
     (tmp_path / "mynets.py").write_text(
         "import torch\n"
@@ -117,7 +116,7 @@ def test_json_summary_and_a_custom_model(cli, setup, tmp_path: Path, monkeypatch
     assert 0.0 <= summary["final_val_acc1"] <= 1.0 and Path(summary["checkpoint_last"]).is_file()
 
 
-def test_batch_size_flag_wins_over_set(cli, setup) -> None:  # noqa: ANN001
+def test_batch_size_flag_wins_over_set(cli, setup) -> None:
     data, profile = setup
     res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--json",
               "--set", "loader.batch_size=8", "--batch-size", "6")
@@ -126,7 +125,7 @@ def test_batch_size_flag_wins_over_set(cli, setup) -> None:  # noqa: ANN001
     assert view["plan"]["batch_size"] == 6 and view["plan"]["iterations_per_epoch"] == 4  # floor(24 / 6)
 
 
-def test_batch_size_auto_keeps_the_effective_batch_through_accumulation(cli, setup, monkeypatch) -> None:  # noqa: ANN001
+def test_batch_size_auto_keeps_the_effective_batch_through_accumulation(cli, setup, monkeypatch) -> None:
     # A real model that raises CUDA OOM above 3 samples: the search must land on a size it ran, at or under 3
     # minus the margin, and accumulation must restore the profile's 8 samples per optimizer step.
     data, profile = setup
@@ -141,7 +140,7 @@ def test_batch_size_auto_keeps_the_effective_batch_through_accumulation(cli, set
     assert any(note.startswith("batch auto:") for note in plan["notes"])
 
 
-def test_bad_batch_size_exits_2(cli, setup) -> None:  # noqa: ANN001
+def test_bad_batch_size_exits_2(cli, setup) -> None:
     data, profile = setup
     res = cli("train", "--profile", str(profile), "--data", str(data), "--dry-run", "--batch-size", "-3")
     assert res.code == 2 and "--batch-size" in res.err and "Traceback" not in res.err
@@ -182,7 +181,7 @@ def test_a_too_small_share_names_the_processes(cli, tmp_path: Path) -> None:
     assert "each process's share" in res.err and "for each of 4 processes" in res.err
 
 
-def test_a_runs_own_forecast_times_the_cpu_quickly_and_estimate_does_not(cli, setup, tmp_path: Path,  # noqa: ANN001
+def test_a_runs_own_forecast_times_the_cpu_quickly_and_estimate_does_not(cli, setup, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Every second before the first step counts against time to accuracy: the run's forecast (dashboard, trial
     go/no-go) takes cpu_ceiling's short windows; `estimate`, whose accuracy is benchmarked, the long ones."""

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 from fasttrain.train.events import Collaborators
-from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 
 def test_a_first_step_out_of_memory_keeps_compile_and_halves_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     import fasttrain.models.setup as ms
     sizes: list[int] = []
 
-    def compiled_with_a_memory_limit(module, mode=None, dynamic=None):  # noqa: ANN001, ANN202
-        def call(x):  # noqa: ANN001, ANN202
+    def compiled_with_a_memory_limit(module, mode=None, dynamic=None):
+        def call(x):
             sizes.append(int(x.shape[0]))
             if x.shape[0] > 2:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (test)")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 from fasttrain.train.events import Collaborators
-from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 
 @pytest.fixture
@@ -19,12 +19,12 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real_compile = torch.compile
 
-    def counting_backend(gm, example_inputs):  # noqa: ANN001, ANN202
+    def counting_backend(gm, example_inputs):
         tensors = [i for i in example_inputs if isinstance(i, torch.Tensor) and i.dim() > 1]
         seen.append(str(max(tensors, key=lambda t: t.dim()).shape[0]) if tensors else "?")
         return gm.forward
 
-    def compile_counting(module, mode=None, dynamic=None):  # noqa: ANN001, ANN202
+    def compile_counting(module, mode=None, dynamic=None):
         return real_compile(module, backend=counting_backend, dynamic=dynamic)
 
     torch._dynamo.reset()  # no graph cached by an earlier test

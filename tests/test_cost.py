@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from fasttrain.estimate import cost
 from fasttrain.core.errors import UserError
+from fasttrain.estimate import cost
 
 NETS = """
 import torch.nn as nn

@@ -76,7 +76,7 @@ def test_the_crop_is_raised_to_70_percent_at_most() -> None:
     assert [a for a, _ in crop_test(*_framed(600), classes=4, asked=0.8).cropped] == [0.8]  # never raised above
 
 
-def _folder(root: Path, maker) -> Path:  # noqa: ANN001
+def _folder(root: Path, maker) -> Path:
     x, y = maker(240)
     for i, (pixels, c) in enumerate(zip(x, y)):
         split = "val" if i % 5 == 0 else "train"

@@ -6,17 +6,16 @@ import re
 import threading
 
 import pytest
+from loop_helpers import Clock
 from rich.console import Console
 
-from fasttrain.ui import dashboard_format as dbf
-from fasttrain.profiles import presets
-from fasttrain.ui.dashboard import Dashboard, choose_mode
-from fasttrain.plan import make_plan
-from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
 from fasttrain.core.format import fmt_clock
-
-from loop_helpers import Clock
+from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.plan import make_plan
+from fasttrain.profiles import presets
+from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.ui import dashboard_format as dbf
+from fasttrain.ui.dashboard import Dashboard, choose_mode
 
 ESC = re.compile(r"\x1b|\[\d+m")
 FORECAST = {"images_per_s": 800.0, "step_time_s": 0.08, "peak_memory_bytes": 6 * 2**30}
@@ -192,16 +191,16 @@ def test_unknown_mode_is_refused(plan) -> None:
 def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> None:
     """The Trainer records batches in bursts (one sync per log interval): each keeps its own end time."""
     import torch
-
-    from fasttrain.train.run.runlog import RunLog, read_metrics
-    from fasttrain.train.events import Collaborators
     from loop_helpers import cpu_plan, make_trainer, tiny_mlp
+
+    from fasttrain.train.events import Collaborators
+    from fasttrain.train.run.runlog import RunLog, read_metrics
 
     loop_plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 4},
                                   optim={"optimizer": "sgd", "base_lr": 0.05, "base_batch": 8, "epochs": 2})
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(8, 3, 2, 2, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(12)]
-    tel = Telemetry("cpu", window=50, host_reader=lambda: {})
+    tel = Telemetry("cpu", window=50, host_reader=dict)
     out = io.StringIO()
     log = RunLog(tmp_path, tensorboard=False)
     with Dashboard(loop_plan, total_batches=24, epochs=2, mode="plain", stream=out, telemetry=tel) as dash:

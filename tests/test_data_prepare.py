@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from image_tree import write_corrupt, write_tree
+from PIL import Image
 
 
 def write_jpegs(root: Path, counts: dict[str, int], size: tuple[int, int] = (48, 40)) -> Path:
@@ -128,7 +127,7 @@ def test_bench_loader_estimate_and_doctor_take_a_prepared_set(cli, tmp_path: Pat
     assert r.code == 2 and "inside SRC" in r.err
 
 
-def test_a_missing_or_empty_source_is_named_src(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_missing_or_empty_source_is_named_src(cli, tmp_path: Path) -> None:
     """The folder checks are shared with `train --data`, but here the folder is the SRC argument."""
     for src in (tmp_path / "nowhere", tmp_path):
         r = cli("data", "prepare", str(src), "--out", str(tmp_path.parent / f"{tmp_path.name}-dst"))

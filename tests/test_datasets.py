@@ -6,12 +6,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from image_tree import write_corrupt, write_png, write_tree
 
+from fasttrain.core.errors import UserError
 from fasttrain.datasets.build import SyntheticBatches, build_datasets
 from fasttrain.datasets.bundle import BadSample
-from fasttrain.core.errors import UserError
 from fasttrain.profiles.schema import AugmentSpec
-from image_tree import write_corrupt, write_png, write_tree
 
 AUG = AugmentSpec(random_resized_crop_scale=(0.6, 1.0))
 

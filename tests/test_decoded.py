@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from image_tree import write_corrupt, write_tree
 
 from fasttrain.datasets import batch_augment as ba
 from fasttrain.datasets.decoded import DecodeBudget, decode_splits, fit_reason, unbatched_augment
 from fasttrain.datasets.decoded_images import DecodedImages
 from fasttrain.datasets.pixel_cache import load_pixels, save_pixels
 from fasttrain.profiles.schema import AugmentSpec
-from image_tree import write_corrupt, write_tree
 
 MIB = 2**20
 CROP = AugmentSpec(random_resized_crop_scale=(0.6, 1.0), hflip=0.5)
@@ -65,6 +65,7 @@ def test_a_crop_that_never_fits_falls_back_to_a_centre_crop_with_the_ratio_clamp
 
 def test_validation_batch_matches_torchvision_per_image(tmp_path: Path) -> None:
     from PIL import Image
+
     from fasttrain.datasets.transforms import val_transform
     rng = np.random.default_rng(0)
     smooth = np.kron(rng.integers(0, 256, size=(10, 14, 3)), np.ones((4, 4, 1))).astype(np.uint8)  # 40 x 56
@@ -216,7 +217,7 @@ def test_what_cannot_be_decoded_once_says_why() -> None:
     assert "4x the 32 px crop" in fit_reason(100, 256, 256, 32, 64 * MIB)
 
 
-def test_train_plans_decoded_images_with_every_core_and_says_so(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_train_plans_decoded_images_with_every_core_and_says_so(cli, tmp_path: Path) -> None:
     write_tree(tmp_path / "d" / "train", {"a": 8, "b": 8}, size=20)
     write_tree(tmp_path / "d" / "val", {"a": 2, "b": 2}, size=20, seed=1)
     base = ("train", "--data", str(tmp_path / "d"), "--profile", "cpu", "--image-size", "16", "--set",
@@ -232,9 +233,9 @@ def test_train_plans_decoded_images_with_every_core_and_says_so(cli, tmp_path: P
 
 
 def test_an_in_memory_run_waiting_for_data_is_not_told_to_add_workers() -> None:
-    from fasttrain.profiles.presets import resolve
-    from fasttrain.plan import make_plan
     from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import make_plan
+    from fasttrain.profiles.presets import resolve
     from fasttrain.telemetry.verdict import assess
     machine = HardwareReport.model_validate(json.loads(
         (Path(__file__).parent / "fixtures" / "reports" / "cpu_only.json").read_text()))
@@ -246,7 +247,7 @@ def test_an_in_memory_run_waiting_for_data_is_not_told_to_add_workers() -> None:
     assert "loader.decode_once=false" in verdict.text and "num_workers" not in verdict.text
 
 
-def test_doctor_says_what_train_does_with_the_folder(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_doctor_says_what_train_does_with_the_folder(cli, tmp_path: Path) -> None:
     write_tree(tmp_path / "d" / "train", {"a": 8, "b": 8}, size=20)
     write_tree(tmp_path / "d" / "val", {"a": 2, "b": 2}, size=20, seed=1)
     found = {f["id"]: f for f in json.loads(cli("doctor", "--data", str(tmp_path / "d"), "--profile", "cpu",
@@ -260,7 +261,7 @@ def test_doctor_says_what_train_does_with_the_folder(cli, tmp_path: Path) -> Non
             "per-image pipeline") in found["input-path"]["detail"]
 
 
-def test_estimate_forecasts_the_path_train_takes(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_estimate_forecasts_the_path_train_takes(cli, tmp_path: Path) -> None:
     write_tree(tmp_path / "d" / "train", {"a": 8, "b": 8}, size=20)
     write_tree(tmp_path / "d" / "val", {"a": 2, "b": 2}, size=20, seed=1)
     args = ("estimate", "--data", str(tmp_path / "d"), "--profile", "cpu", "-m", "tiny_cnn", "--image-size", "16",

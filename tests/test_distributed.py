@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import child_env, run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
+
 from fasttrain.train.state import checkpoint as ck
 
 # A real model file in the run's folder (`--model nobn:net`): convolutions, no batch norm, whose batch
@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 # -- a world of one, in this process ----------------------------------------------------------------------
 @pytest.fixture
-def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def one_rank(monkeypatch: pytest.MonkeyPatch):
     from fasttrain.train.parallel import ddp as distributed
     from fasttrain.train.types import WorkerWorld
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
@@ -58,7 +58,7 @@ def one_rank(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
         yield ctx
 
 
-def _trainer(ctx, accumulation: int, stop=None):  # noqa: ANN001, ANN202
+def _trainer(ctx, accumulation: int, stop=None):
     plan, profile = cpu_plan(optim={"accumulation_steps": accumulation}, speed={"precision": "fp32"})
     return make_trainer(plan, profile.optim, tiny_mlp(in_features=3 * 16 * 16), batches=4, dist=ctx, stop=stop)
 
@@ -68,10 +68,10 @@ def _batches(n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(n)]
 
 
-def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> None:  # noqa: ANN001
+def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> None:
     calls: list[int] = []
 
-    def counting(state, bucket):  # noqa: ANN001, ANN202 - DDP comm hook: the all-reduce of one bucket
+    def counting(state, bucket):
         calls.append(1)
         done = torch.futures.Future()
         done.set_result(bucket.buffer())
@@ -84,9 +84,9 @@ def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> Non
     assert row["train_images"] == 16 and trainer.engine.backoff.enabled is False
 
 
-def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:  # noqa: ANN001
-    from fasttrain.train.signals.lifecycle import GracefulStop
+def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:
     from fasttrain.train.loop.trainer import Interrupted
+    from fasttrain.train.signals.lifecycle import GracefulStop
     stop = GracefulStop()
     stop.requested = signal.SIGTERM
     trainer = _trainer(one_rank, accumulation=1, stop=stop)
@@ -95,7 +95,7 @@ def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:  # no
     assert exc.value.step == 2 and exc.value.signal_name == "SIGTERM"
 
 
-def test_stop_vote_takes_the_largest_signal_of_the_previous_post(one_rank) -> None:  # noqa: ANN001
+def test_stop_vote_takes_the_largest_signal_of_the_previous_post(one_rank) -> None:
     from fasttrain.train.parallel.ddp import StopVote
     vote = StopVote(one_rank)
     assert vote.exchange(signal.SIGTERM, False) == (0, False)

@@ -37,7 +37,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import child_env
 from docs_commands import DocCommand, Outcome, collect, run_capped, split_and
 from image_tree import write_png, write_tree
@@ -111,7 +110,7 @@ class Fixtures:
         if self._tree is None:
             root = self.root / "images"
             for split, n in (("train", 260), ("val", 10)):
-                write_tree(root / split, {c: n for c in ("cat", "dog", "fox", "owl")}, size=40, seed=len(split))
+                write_tree(root / split, dict.fromkeys(("cat", "dog", "fox", "owl"), n), size=40, seed=len(split))
             self._tree = root
         return self._tree
 

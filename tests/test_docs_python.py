@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, child_env
 from loop_helpers import write_image_folder
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from fasttrain.doctor import checks as doctor
-from fasttrain.profiles import presets
-from fasttrain.profiles.files import preset_names
 from fasttrain.doctor.findings import Finding
 from fasttrain.hardware.report import DiskInfo, GpuInfo, HardwareReport, MemoryInfo
+from fasttrain.profiles import presets
+from fasttrain.profiles.files import preset_names
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 ALL = sorted(p.stem for p in REPORTS.glob("*.json"))

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, child_env
 
 MESSAGE = "fasttrain: stopped by {} before training started; nothing to save"

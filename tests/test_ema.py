@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from loop_helpers import cpu_plan, make_trainer
 from timm.utils import ModelEmaV3
 
 from fasttrain.models.tiny import tiny_cnn
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state.run_state import Resume, RunState
-from loop_helpers import cpu_plan, make_trainer
 
 DECAY = 0.8     # reached by the warm-up (1 - (1 + n)^(-2/3)) after ~10 steps: both regimes are exercised
 STEPS = 16

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+from loop_helpers import cpu_plan
+
 from fasttrain.core import arithmetic as ar
 from fasttrain.estimate import calibration
 from fasttrain.hardware.report import HardwareReport
@@ -17,7 +18,6 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.setup import batch_search as bs
-from loop_helpers import cpu_plan
 
 TINY = ["--model", "tiny_cnn", "--image-size", "16", "--num-classes", "10"]
 OVERHEAD = calibration.load()["memory"]["allocator_overhead"]

@@ -6,8 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from fasttrain.ui.ending import ending_lines, ending_rows
 from loop_helpers import TINY_PROFILE, write_image_folder
+
+from fasttrain.ui.ending import ending_lines, ending_rows
 
 SUMMARY = {"run_dir": "runs/20261125-cpu", "epochs_run": 12, "final_val_acc1": 0.97, "final_val_acc5": 1.0,
            "best_val_acc1": 0.97, "best_epoch": 12, "final_train_loss": 0.144, "final_val_loss": 0.107,

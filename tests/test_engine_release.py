@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401 - see the module's docstring
+import torch._dynamo
+from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 from fasttrain.train.loop.step import StepEngine
-from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 
 @pytest.fixture
@@ -169,13 +169,14 @@ def test_the_probe_frees_what_an_earlier_run_left_before_it_reads_free_memory(mo
 
 
 def test_two_runs_in_one_process_leave_no_engine_behind(no_collector: None, built_engines: list[weakref.ref],
-                                                         cli, tmp_path: Path,  # noqa: ANN001
+                                                         cli, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Two `train` commands in one process, as two `fasttrain.train()` calls in a notebook: after each, neither the
     trial's candidates nor the run's own engine is alive, so the next run's probe of free memory does not count
     them as used."""
-    from fasttrain.tuning import decide
     from loop_helpers import TINY_PROFILE, write_image_folder
+
+    from fasttrain.tuning import decide
 
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(decide, "MIN_STEPS", 1)                   # a short run is worth a trial here

@@ -5,15 +5,15 @@ import math
 
 import pytest
 
-from fasttrain.profiles import presets
 from fasttrain.estimate.calibration import DeviceCeilings, cpu_ceilings, gpu_ceilings
 from fasttrain.estimate.cost import ModelCost, OpCost
 from fasttrain.estimate.forecast import LoaderSample, forecast
-from fasttrain.estimate.memory import memory_budget, optimizer_state_bytes
 from fasttrain.estimate.gather import gpu_report
+from fasttrain.estimate.memory import memory_budget, optimizer_state_bytes
+from fasttrain.estimate.roofline import Ceilings, OpTable, step_time
 from fasttrain.hardware.gpus import get_gpu
 from fasttrain.plan import make_plan
-from fasttrain.estimate.roofline import Ceilings, OpTable, step_time
+from fasttrain.profiles import presets
 
 MIB = 2**20
 CONSTANTS = {"cuda_context_bytes": 100 * MIB, "workspace_bytes": 100 * MIB, "allocator_overhead": 1.0,
@@ -135,8 +135,8 @@ def test_too_little_host_ram_is_the_bottleneck() -> None:
     assert fc.bottleneck["name"] == "host RAM" and not fc.host_ram.fits
 
 
-def test_unknown_peaks_give_no_number_and_say_what_is_missing(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("fasttrain.hardware.gpus._standins", lambda: {})  # the A10G without its stand-in's peaks
+def test_unknown_peaks_give_no_number_and_say_what_is_missing(monkeypatch) -> None:
+    monkeypatch.setattr("fasttrain.hardware.gpus._standins", dict)  # the A10G without its stand-in's peaks
     plan, prof = _plan(gpu="A10G")
     dev = gpu_ceilings(get_gpu("A10G"), plan.precision, plan.tf32, plan.channels_last)
     assert dev.ceilings is None and dev.unknown == ["fp32_tflops of A10G (AWS g5)", "tf32_tflops_dense of A10G (AWS g5)"]

@@ -54,8 +54,8 @@ def test_a_batch_larger_than_the_data_exits_2_like_train(cli, tmp_path) -> None:
     assert r.code == 2 and "larger than the 100 training samples" in r.err
 
 
-def test_loader_words_never_print_none(cli, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("fasttrain.hardware.gpus._standins", lambda: {})  # the A10G without its stand-in's peaks
+def test_loader_words_never_print_none(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("fasttrain.hardware.gpus._standins", dict)  # the A10G without its stand-in's peaks
     data = _folder(tmp_path, {"train": 45, "val": 15})
     r = cli("estimate", "--profile", "aws-a10g", *TINY, "--set", "loader.batch_size=32", "--data", str(data))
     assert r.code == 0, r.err
@@ -75,7 +75,9 @@ def test_no_workers_accepts_the_presets_prefetch_and_persistent_with_a_note(cli)
 def test_no_workers_plan_and_dataloader_get_no_prefetch_or_persistent(tmp_path) -> None:
     """torch's DataLoader refuses prefetch_factor / persistent_workers without workers: the plan drops them."""
     import json as _j
+
     from conftest import FIXTURES
+
     from fasttrain.datasets.build import build_datasets
     from fasttrain.datasets.loaders import build_loaders
     from fasttrain.hardware.report import HardwareReport

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_estimate import CONSTANTS, _cost, _device, _plan
 
 from fasttrain.core.errors import UserError
 from fasttrain.estimate import decode_rate
 from fasttrain.estimate.forecast import HostWarning, LoaderSample, forecast, loader_feed_rate
 from fasttrain.profiles import presets
 from fasttrain.profiles.schema import AugmentSpec
-from test_estimate import CONSTANTS, _cost, _device, _plan
 
 
 def test_loader_feed_scales_by_workers_up_to_the_cores_a_process_gets() -> None:

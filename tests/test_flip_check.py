@@ -70,7 +70,7 @@ def test_noise_the_classifier_cannot_read_is_no_evidence_against_flips() -> None
     assert not mirror_test(np.zeros((0, 16, 16)), np.zeros(0, dtype=int), classes=3).handed  # nothing readable
 
 
-def _folder(root: Path, maker) -> Path:  # noqa: ANN001
+def _folder(root: Path, maker) -> Path:
     x, y = maker(240)
     for i, (pixels, c) in enumerate(zip(x, y)):
         folder = root / "train" / f"class{c}"
@@ -117,11 +117,11 @@ def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> 
     """augment.test_flip: validation scores each image by the mean of its logits and its mirror image's, for a
     real model that tells them apart (a linear layer over the pixels)."""
     import torch
+    from loop_helpers import cpu_plan
     from torch import nn
 
     from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.validation import evaluate
-    from loop_helpers import cpu_plan
 
     torch.manual_seed(0)
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False})

@@ -78,7 +78,7 @@ def test_a_notebook_second_run_of_another_model_is_forecast_for_itself(tmp_path:
 def _define(body: str, name: str = "Net") -> Any:
     """A class defined in a module namespace of its own, as a notebook cell defines one (`__main__.Net` both times)."""
     namespace: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(body, "<cell>", "exec"), namespace)  # noqa: S102 - the test's own source text
+    exec(compile(body, "<cell>", "exec"), namespace)
     return namespace[name]
 
 

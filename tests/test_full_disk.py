@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import run_subprocess
-from fasttrain.train.state import checkpoint as ck
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+
+from fasttrain.train.state import checkpoint as ck
 
 ENV = {"OMP_NUM_THREADS": "1"}
 

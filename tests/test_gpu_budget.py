@@ -19,11 +19,11 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.timeout(900)
 def test_the_reserve_is_a_real_validations_time_after_autotuning_and_compile() -> None:
     import torch
+    from gpu_helpers import release_cuda
+    from loop_helpers import cpu_plan, make_trainer
 
     from fasttrain.models.registry import create_model
     from fasttrain.train.loop.budget_reserve import SanityTiming
-    from gpu_helpers import release_cuda
-    from loop_helpers import cpu_plan, make_trainer
 
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False, "fused_optimizer": False})
     plan = dataclasses.replace(plan, device="cuda", compile=True, compile_mode="default", cudnn_benchmark=True)

@@ -7,7 +7,6 @@ settings, and its checkpoint holds the plain model's keys (no "module." prefix).
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_subprocess
 from gpu_helpers import DETERMINISTIC, checkpoint, summary, write_profile
 from loop_helpers import write_image_folder
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.timeout(900)
-def test_one_process_nccl_ddp_run_matches_the_plain_run(tmp_path) -> None:  # noqa: ANN001
+def test_one_process_nccl_ddp_run_matches_the_plain_run(tmp_path) -> None:
     write_image_folder(tmp_path / "data")
     write_profile(tmp_path / "ddp.yaml", loader=DETERMINISTIC["loader"], speed=DETERMINISTIC["speed"])
     base = ("train", "--profile", "ddp.yaml", "--data", "data", "--model", "tiny_cnn")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_data_prepare import write_jpegs
 
 from fasttrain.datasets.fast_decode import FastImageFiles
 from fasttrain.datasets.gpu_decode import GpuDecoder, batch_jpeg_decoder, collate_bytes
 from fasttrain.datasets.transforms import train_transform
 from fasttrain.profiles.schema import AugmentSpec
-from test_data_prepare import write_jpegs
 
 
 def _batch(tmp_path: Path, corrupt: bool) -> list[torch.Tensor]:

@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, child_env
 from gpu_helpers import finite, release_cuda, write_profile
 
 pytestmark = pytest.mark.gpu
 
 
-def test_doctor_json_lists_the_gpu_with_driver_and_memory(cli) -> None:  # noqa: ANN001
+def test_doctor_json_lists_the_gpu_with_driver_and_memory(cli) -> None:
     import torch
     res = cli("doctor", "--json")
     assert res.code in (0, 1), res.err  # 1: some finding failed (e.g. a busy GPU); the report is whole either way
@@ -42,7 +41,7 @@ def test_doctor_json_lists_the_gpu_with_driver_and_memory(cli) -> None:  # noqa:
     assert gpu["bf16_supported"] is (props.major >= 8) and gpu["tf32_supported"] is (props.major >= 8)
 
 
-def test_record_gpu_report_writes_a_fixture_doctor_accepts(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_record_gpu_report_writes_a_fixture_doctor_accepts(cli, tmp_path: Path) -> None:
     out = tmp_path / "this_gpu.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_gpu_report.py"), "--out", str(out)],
                           capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=300)
@@ -59,7 +58,7 @@ def test_record_gpu_report_writes_a_fixture_doctor_accepts(cli, tmp_path: Path) 
 
 
 @pytest.mark.timeout(900)
-def test_estimate_forecasts_the_measured_step_within_one_and_a_half_times(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_estimate_forecasts_the_measured_step_within_one_and_a_half_times(cli, tmp_path: Path) -> None:
     import torch
 
     from fasttrain.hardware.gpus import find_gpu

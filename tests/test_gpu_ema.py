@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from gpu_helpers import release_cuda, syncs_raise
 
 pytestmark = pytest.mark.gpu

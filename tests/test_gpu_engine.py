@@ -21,11 +21,11 @@ def test_a_second_run_in_the_process_gets_back_what_the_first_used(tmp_path: Pat
     the Trainer <-> StepEngine cycle (or, in a fresh process, by the frames torch's import of torch._dynamo keeps:
     the run's end collects them), and the allocator's cache read as used memory by the second run's probe."""
     import torch
+    from gpu_helpers import release_cuda, write_profile
+    from loop_helpers import write_image_folder
 
     import fasttrain
     from fasttrain.hardware.machine import probe
-    from gpu_helpers import release_cuda, write_profile
-    from loop_helpers import write_image_folder
 
     write_image_folder(tmp_path / "data", train_per_class=16, size=64)
     write_profile(tmp_path / "p.yaml", loader={"num_workers": 0, "prefetch_factor": None})
@@ -49,10 +49,10 @@ def test_keeping_the_best_weights_syncs_once(tmp_path: Path, monkeypatch: pytest
     import warnings
 
     import torch
+    from gpu_helpers import release_cuda
 
     from fasttrain.train.loop.checkpointing import Checkpointer
     from fasttrain.train.state.checkpoint import CheckpointPolicy
-    from gpu_helpers import release_cuda
 
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(10)]).cuda()
     keeper = Checkpointer(CheckpointPolicy(tmp_path), warn=lambda text: None)
@@ -78,7 +78,7 @@ class _WideScales:
     """Eight 1-D weights of 8 Mi floats (256 MiB together: the no-decay param group 1), a small head (group 0)."""
 
     @staticmethod
-    def build():  # noqa: ANN205
+    def build():
         import torch
         from torch import nn
 
@@ -88,7 +88,7 @@ class _WideScales:
                 self.scales = nn.ParameterList([nn.Parameter(torch.full((8 * MIB,), 0.01)) for _ in range(8)])
                 self.head = nn.Linear(8, 4, bias=False)
 
-            def forward(self, x):  # noqa: ANN001, ANN202
+            def forward(self, x):
                 return self.head(torch.stack([(x.flatten(1) * s).sum(1) for s in self.scales], 1))
 
         return Net()
@@ -105,10 +105,10 @@ def test_an_optimizer_step_out_of_memory_in_group_one_steps_group_zero_once() ->
     Adam's state are made per parameter either way; only weight decay's sum and Adam's square root are
     multi-tensor temporaries, and the no-decay group 1 has no decay), so only this case fits a real limit."""
     import torch
-
-    from fasttrain.profiles.schema import OptimSpec
     from gpu_helpers import allocator_limit, release_cuda
     from test_gpu_findings import _cuda_engine
+
+    from fasttrain.profiles.schema import OptimSpec
 
     optim = OptimSpec(optimizer="adamw", weight_decay=0.05, schedule="constant", warmup_epochs=0)
     gen = torch.Generator().manual_seed(0)

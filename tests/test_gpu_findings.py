@@ -22,7 +22,7 @@ def test_the_build_has_kernels_for_this_gpu() -> None:
     assert arch.arch_mismatches(report) == []
 
 
-def _tiny_run(tmp_path, name: str, *extra: str, env: dict | None = None):  # noqa: ANN001, ANN202
+def _tiny_run(tmp_path, name: str, *extra: str, env: dict | None = None):
     from conftest import run_subprocess
     from gpu_helpers import DETERMINISTIC, write_profile
     from loop_helpers import write_image_folder
@@ -37,7 +37,7 @@ def _tiny_run(tmp_path, name: str, *extra: str, env: dict | None = None):  # noq
 
 
 @pytest.mark.timeout(900)
-def test_resume_a_checkpoint_that_holds_more_gpus_rng_states(tmp_path) -> None:  # noqa: ANN001
+def test_resume_a_checkpoint_that_holds_more_gpus_rng_states(tmp_path) -> None:
     """Finding 3 on one GPU: a checkpoint holding the RNG states of two GPUs (as fasttrain wrote them before,
     from a 2xT4 run) resumes on this one; the restored state is the first device's."""
     import torch
@@ -59,7 +59,7 @@ def test_resume_a_checkpoint_that_holds_more_gpus_rng_states(tmp_path) -> None: 
 
 
 @pytest.mark.timeout(900)
-def test_resume_a_two_gpu_run_on_one_gpu(tmp_path) -> None:  # noqa: ANN001
+def test_resume_a_two_gpu_run_on_one_gpu(tmp_path) -> None:
     """Finding 3 on a 2-GPU machine: a one-process run where two GPUs are visible (a Kaggle 2xT4 notebook), then
     resumed where only one is."""
     import torch
@@ -71,12 +71,13 @@ def test_resume_a_two_gpu_run_on_one_gpu(tmp_path) -> None:  # noqa: ANN001
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
-def _cuda_engine(model, optim=None, nonfinite_guard: bool = True, **plan_changes):  # noqa: ANN001, ANN003, ANN202
+def _cuda_engine(model, optim=None, nonfinite_guard: bool = True, **plan_changes):
     """A StepEngine on cuda:0 with the back-off on, for a plan of the small CPU profile moved to the GPU."""
     import dataclasses
 
-    from fasttrain.train.loop.step import StepEngine
     from loop_helpers import cpu_plan
+
+    from fasttrain.train.loop.step import StepEngine
 
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False, "fused_optimizer": False})
     plan = dataclasses.replace(plan, device="cuda", **plan_changes)
@@ -92,10 +93,10 @@ def test_out_of_memory_in_the_first_optimizer_step_under_a_real_limit() -> None:
     weight decay needs 4P (weights, gradients, the decayed copy of every gradient, the momentum buffers), over
     the 900 MiB limit; the per-parameter retry needs 3P plus one layer. The run goes on."""
     import torch
+    from gpu_helpers import allocator_limit, release_cuda
     from torch import nn
 
     from fasttrain.profiles.schema import OptimSpec
-    from gpu_helpers import allocator_limit, release_cuda
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 2048, bias=False),
@@ -129,7 +130,7 @@ sys.exit(code)
 
 
 @pytest.mark.timeout(900)
-def test_auto_batch_on_two_gpus_is_one_answer_and_the_launcher_holds_no_context(tmp_path) -> None:  # noqa: ANN001
+def test_auto_batch_on_two_gpus_is_one_answer_and_the_launcher_holds_no_context(tmp_path) -> None:
     """Finding 2 on a 2-GPU machine: `--nproc-per-node 2 --batch-size auto`: the search runs once (a child of
     the launcher), both ranks train its split (DDP would hang or the effective batch would be wrong otherwise),
     and the launcher holds no CUDA context on any GPU (NVML's list of compute processes) when the job is done."""
@@ -137,7 +138,6 @@ def test_auto_batch_on_two_gpus_is_one_answer_and_the_launcher_holds_no_context(
     import sys
 
     import torch
-
     from conftest import child_env
     from gpu_helpers import summary, write_profile
     from loop_helpers import write_image_folder
@@ -161,7 +161,7 @@ class _RecordingConvs:
     it keeps a host copy of every input its forward sees."""
 
     @staticmethod
-    def build():  # noqa: ANN205
+    def build():
         from torch import nn
 
         class Net(nn.Module):
@@ -171,7 +171,7 @@ class _RecordingConvs:
                                           nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 4))
                 self.seen: list = []
 
-            def forward(self, x):  # noqa: ANN001, ANN202
+            def forward(self, x):
                 self.seen.append(x.detach().float().cpu())
                 return self.body(x)
 
@@ -182,10 +182,10 @@ class _RecordingConvs:
 def test_mixup_and_the_out_of_memory_retry_see_the_same_images() -> None:
     """Finding 5 under a real allocator limit: the retry's micro-batches are the first attempt's mixed images."""
     import torch
+    from gpu_helpers import allocator_limit, release_cuda
 
     from fasttrain.datasets.transforms import make_mixup
     from fasttrain.profiles.schema import OptimSpec
-    from gpu_helpers import allocator_limit, release_cuda
 
     torch.manual_seed(0)
     model = _RecordingConvs.build()
@@ -205,14 +205,13 @@ def test_mixup_and_the_out_of_memory_retry_see_the_same_images() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_the_plan_names_torchs_device_zero_under_a_swapped_device_order(tmp_path) -> None:  # noqa: ANN001
+def test_the_plan_names_torchs_device_zero_under_a_swapped_device_order(tmp_path) -> None:
     """Finding 6 on a 2-GPU machine: under CUDA_VISIBLE_DEVICES=1,0 the plan's GPU is torch's device 0."""
     import json
     import subprocess
     import sys
 
     import torch
-
     from conftest import child_env, run_subprocess
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
@@ -225,7 +224,7 @@ def test_the_plan_names_torchs_device_zero_under_a_swapped_device_order(tmp_path
 
 
 @pytest.mark.timeout(600)
-def test_the_plan_fits_the_batch_to_what_the_device_has_free(tmp_path) -> None:  # noqa: ANN001
+def test_the_plan_fits_the_batch_to_what_the_device_has_free(tmp_path) -> None:
     """Finding 7: another process (this test) holds all but 3 GiB of the card; the dry run of ResNet-50 at batch
     256 (~13 GiB) splits it into micro-batches for the free 3 GiB, not for the card's total."""
     import json
@@ -250,9 +249,9 @@ def test_an_out_of_memory_first_step_keeps_torch_compile() -> None:
     """Finding 10: the first compiled step of batch 64 overflows a 300 MiB limit; the back-off retries it smaller
     and the model stays compiled (before, CompileGuard fell back to eager for the whole run)."""
     import torch
+    from gpu_helpers import allocator_limit, release_cuda
 
     from fasttrain.models.setup import CompileGuard
-    from gpu_helpers import allocator_limit, release_cuda
 
     torch.manual_seed(0)
     try:
@@ -274,10 +273,10 @@ def test_the_side_stream_copy_gives_the_same_step() -> None:
     """Finding 11: the copy runs on its own stream (the compute stream waits for it); the step's result is the
     one a copy on the compute stream gives, bit for bit (fp32, no autotuning)."""
     import torch
+    from gpu_helpers import release_cuda
     from torch import nn
 
     from fasttrain.train.loop.transfer import DeviceCopy
-    from gpu_helpers import release_cuda
 
     losses = []
     for side in (True, False):
@@ -300,10 +299,9 @@ def test_a_short_last_batch_is_no_recompile() -> None:
     """Finding 12 with inductor on CUDA: steps of 32 with one batch short of skipped files, then a validation
     pass whose last batch is short: one graph per mode (torch._dynamo's own count of unique graphs)."""
     import torch
+    from gpu_helpers import release_cuda
     from torch import nn
     from torch._dynamo.utils import counters
-
-    from gpu_helpers import release_cuda
 
     torch._dynamo.reset()
     counters.clear()
@@ -327,12 +325,12 @@ def test_a_short_last_batch_is_no_recompile() -> None:
 def test_bench_speedups_fits_one_configuration_at_a_time() -> None:
     """Finding 14: five configurations of a 235 MB model (~0.7 GB each with gradients and momentum) under a 1.5 GB
     limit: all measured (before, every configuration stayed on the GPU and the later ones ran out of memory)."""
+    from gpu_helpers import allocator_limit, release_cuda
     from torch import nn
 
     from fasttrain.bench.speedups import bench_speedups
     from fasttrain.hardware.machine import probe
     from fasttrain.profiles.schema import LoaderSpec, Profile
-    from gpu_helpers import allocator_limit, release_cuda
 
     def model() -> nn.Module:
         return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 8192), nn.ReLU(), nn.Linear(8192, 4096), nn.ReLU(),
@@ -351,15 +349,15 @@ def test_bench_speedups_fits_one_configuration_at_a_time() -> None:
     assert len(rows) == 5
 
 
-def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:  # noqa: ANN001
+def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:
     """Finding 15: a payload of 20 device tensors is hashed and saved with no implicit sync (torch's sync debug
     mode warns on each one: before, every tensor's own .cpu() while hashing was one), and loads verified."""
     import warnings
 
     import torch
+    from gpu_helpers import release_cuda
 
     from fasttrain.train.state import checkpoint as ck
-    from gpu_helpers import release_cuda
 
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(10)]).cuda()
     torch.cuda.set_sync_debug_mode("warn")
@@ -375,7 +373,7 @@ def test_saving_a_checkpoint_of_device_tensors_syncs_once(tmp_path) -> None:  # 
     assert ck.load(tmp_path / "c.pt")["checksum_note"] is None
 
 
-def _unlogged_steps_set_up(precision: str):  # noqa: ANN202
+def _unlogged_steps_set_up(precision: str):
     """Everything test_no_sync_on_unlogged_steps checks, set up and warmed up before the check begins: building
     an engine moves its model to the GPU and a batch copied there is a blocking copy, both an error under the
     check (issue 39, item 2: the baseline was built inside it, so the test failed on every GPU).
@@ -408,7 +406,6 @@ def test_no_sync_on_unlogged_steps(precision: str) -> None:
     unfused baseline steps make none either (the guard's .item() is gone from them). Only the steps run under the
     check; it is reset afterwards, also when a step fails (tests/test_sync_check_order.py runs this on the CPU)."""
     import torch
-
     from gpu_helpers import release_cuda, syncs_raise
 
     if precision == "bf16-mixed" and torch.cuda.get_device_capability(0)[0] < 8:

@@ -11,9 +11,17 @@ import json
 from pathlib import Path
 
 import pytest
-
-from gpu_helpers import (all_finite, checkpoint, epoch_rows, finite, keys_like, release_cuda, step_rows, summary,
-                         write_profile)
+from gpu_helpers import (
+    all_finite,
+    checkpoint,
+    epoch_rows,
+    finite,
+    keys_like,
+    release_cuda,
+    step_rows,
+    summary,
+    write_profile,
+)
 from loop_helpers import write_image_folder
 
 pytestmark = pytest.mark.gpu
@@ -30,7 +38,7 @@ def _release() -> None:
     release_cuda()
 
 
-def test_pinned_memory_non_blocking_copies_and_the_cuda_event_step_split(cli, tmp_path: Path,  # noqa: ANN001
+def test_pinned_memory_non_blocking_copies_and_the_cuda_event_step_split(cli, tmp_path: Path,
                                                                           folder: Path) -> None:
     profile = write_profile(tmp_path / "gpu.yaml")  # 2 workers, pin_memory
     args = ("train", "--profile", str(profile), "--data", str(folder), "--model", "resnet18")
@@ -56,7 +64,7 @@ def test_pinned_memory_non_blocking_copies_and_the_cuda_event_step_split(cli, tm
     assert result["device"] == "cuda" and result["epochs_run"] == 2 and finite(result["train_images_per_s"])
 
 
-def test_nvml_and_allocator_readings_reach_the_epoch_rows(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_nvml_and_allocator_readings_reach_the_epoch_rows(cli, tmp_path: Path) -> None:
     # The sampler reads NVML once a second and counts a reading only while the epoch trains, so the epoch must
     # last a few seconds: ResNet-50 at 224 px in fp32 without TF32 on the 10,000 synthetic images.
     profile = write_profile(tmp_path / "gpu.yaml", loader={"batch_size": 64, "image_size": 224, "num_workers": 0,
@@ -78,7 +86,7 @@ def test_nvml_and_allocator_readings_reach_the_epoch_rows(cli, tmp_path: Path) -
 
 
 @pytest.mark.timeout(900)
-def test_torch_compile_on_cuda_trains(cli, tmp_path: Path, folder: Path) -> None:  # noqa: ANN001
+def test_torch_compile_on_cuda_trains(cli, tmp_path: Path, folder: Path) -> None:
     profile = write_profile(tmp_path / "gpu.yaml", loader={"num_workers": 0, "prefetch_factor": None})
     args = ("train", "--profile", str(profile), "--data", str(folder), "--model", "resnet18",
             "--set", "speed.compile=true")

@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from gpu_helpers import finite, memory_limit, release_cuda, step_rows, summary, write_profile
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +30,7 @@ def _release() -> None:
 
 
 @pytest.mark.parametrize("kind", ["fraction", "ballast"])
-def test_batch_size_auto_searches_against_the_real_allocator(cli, tmp_path: Path, kind: str,  # noqa: ANN001
+def test_batch_size_auto_searches_against_the_real_allocator(cli, tmp_path: Path, kind: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))  # no earlier search answers from the cache
     # The profile asks 4096 per step: far more than 4 GiB holds (ResNet-18 at 128 px, fp32: ~10 MB a sample).
@@ -63,7 +62,7 @@ def test_batch_size_auto_searches_against_the_real_allocator(cli, tmp_path: Path
 
 
 @pytest.mark.parametrize("kind", ["fraction", "ballast"])
-def test_out_of_memory_in_a_run_halves_the_batch_and_keeps_the_effective_batch(cli, tmp_path: Path,  # noqa: ANN001
+def test_out_of_memory_in_a_run_halves_the_batch_and_keeps_the_effective_batch(cli, tmp_path: Path,
                                                                                 kind: str) -> None:
     import torch
     # 2048 samples need ~20 GB of activations; 6 GiB hold the 4 synthetic batches (1.6 GB), the model and a

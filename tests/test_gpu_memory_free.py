@@ -24,7 +24,7 @@ def load(name: str) -> HardwareReport:
     return HardwareReport.model_validate(json.loads((REPORTS / f"{name}.json").read_text()))
 
 
-def a10g_profile():  # noqa: ANN201
+def a10g_profile():
     return presets.resolve("aws-a10g", env={}).profile
 
 
@@ -71,7 +71,7 @@ class _FakeCuda:
     def __init__(self) -> None:
         self.asked: list[int] = []
 
-    def install(self, monkeypatch: pytest.MonkeyPatch, torch, initialized: bool) -> None:  # noqa: ANN001
+    def install(self, monkeypatch: pytest.MonkeyPatch, torch, initialized: bool) -> None:
         props = type("Props", (), {"name": "NVIDIA A10G", "total_memory": 24 * ar.GIB, "major": 8, "minor": 6,
                                    "uuid": "c0f2a8d4"})()
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

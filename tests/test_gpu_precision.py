@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from gpu_helpers import (all_finite, checkpoint, finite, release_cuda, step_rows, summary, tf32_expected,
-                         write_profile)
+from gpu_helpers import all_finite, checkpoint, finite, release_cuda, step_rows, summary, tf32_expected, write_profile
 from loop_helpers import write_image_folder
 
 pytestmark = pytest.mark.gpu
@@ -21,7 +19,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture
-def probe(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def probe(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(TESTS))
     import gpu_models
     gpu_models.SEEN.clear()
@@ -30,7 +28,7 @@ def probe(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     release_cuda()
 
 
-def _train(cli, tmp_path: Path, name: str, **sections: dict) -> tuple[dict, dict, Path]:  # noqa: ANN001
+def _train(cli, tmp_path: Path, name: str, **sections: dict) -> tuple[dict, dict, Path]:
     """(dry-run plan, summary, run folder) of an in-process run of probe_cnn on a small image folder."""
     data = tmp_path / "data"
     if not data.exists():
@@ -52,7 +50,7 @@ def _seen(probe: list[dict], training: bool) -> dict:
     return hits[0]
 
 
-def test_fp16_autocast_gradscaler_and_speed_flags_on(cli, tmp_path: Path, probe: list[dict]) -> None:  # noqa: ANN001
+def test_fp16_autocast_gradscaler_and_speed_flags_on(cli, tmp_path: Path, probe: list[dict]) -> None:
     import torch
     tf32 = tf32_expected(torch.cuda.get_device_capability(0)[0])  # asked for; off on a T4 or V100 (issue 24, #17)
     plan, result, run = _train(cli, tmp_path, "fp16")
@@ -87,7 +85,7 @@ def test_fp16_autocast_gradscaler_and_speed_flags_on(cli, tmp_path: Path, probe:
         "saved weights are the fp32 master copy"
 
 
-def test_bf16_on_ampere_or_newer_has_no_scaler_and_speed_flags_off(cli, tmp_path: Path,  # noqa: ANN001
+def test_bf16_on_ampere_or_newer_has_no_scaler_and_speed_flags_off(cli, tmp_path: Path,
                                                                      probe: list[dict]) -> None:
     import torch
     major, minor = torch.cuda.get_device_capability(0)

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, child_env
 from gpu_helpers import DETERMINISTIC, checkpoint, write_profile
 from loop_helpers import write_image_folder

@@ -45,11 +45,11 @@ def test_mirrored_validation_under_cuda_graphs_in_fp32() -> None:
     (no fallback to eager), and scores what the eager module scores. Three validations: the CUDA graph is
     recorded after its warm-up and replayed from then on, where the first pass's output used to be overwritten."""
     import torch
+    from gpu_helpers import release_cuda
+    from loop_helpers import cpu_plan
 
     from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.loop.validation import evaluate
-    from gpu_helpers import release_cuda
-    from loop_helpers import cpu_plan
 
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False, "fused_optimizer": False,
                                     "channels_last": False})
@@ -74,9 +74,9 @@ def test_the_reestimate_makes_no_host_sync() -> None:
     """Item 8: re-estimating resnet18's 20 batch-norm layers on 3 batches already on the GPU, under sync debug
     mode "error": before, the first layer's `float(num_batches_tracked)` raised."""
     import torch
+    from gpu_helpers import release_cuda, syncs_raise
 
     from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms
-    from gpu_helpers import release_cuda, syncs_raise
 
     model = _resnet18().cuda().train()
     names = training_norms(model)
@@ -107,11 +107,11 @@ def test_the_statistics_are_averaged_over_ranks_on_the_device(monkeypatch: pytes
     """Item 6 on NCCL, a world of one: the flat tensor of statistics is all-reduced on the GPU (no copy to the
     host, no sync) and lands back in the device buffers unchanged (one rank's mean is itself)."""
     import torch
+    from gpu_helpers import release_cuda, syncs_raise
 
     from fasttrain.train.loop.norm_stats import share_over_ranks, training_norms
     from fasttrain.train.parallel import ddp
     from fasttrain.train.types import WorkerWorld
-    from gpu_helpers import release_cuda, syncs_raise
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttrain.hardware import gpus
 from fasttrain.core.errors import UserError
+from fasttrain.hardware import gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "fixtures" / "reference" / "gpus.csv"  # the published rows data/gpus.csv is built from
@@ -111,7 +111,7 @@ def test_a_gpu_without_published_peaks_is_priced_with_its_named_stand_in() -> No
     assert gpus.with_standin_peaks(t4) == (t4, None)   # its own peaks: no stand-in
 
 
-def test_the_aws_a10g_forecast_names_its_stand_in(cli) -> None:  # noqa: ANN001
+def test_the_aws_a10g_forecast_names_its_stand_in(cli) -> None:
     import json
     res = cli("estimate", "--profile", "aws-a10g", "--model", "resnet18", "--json")
     assert res.code == 0, res.err

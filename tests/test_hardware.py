@@ -13,8 +13,8 @@ import pytest
 from fasttrain.hardware import machine as hardware
 from fasttrain.hardware.disk import read_throughput, sample_files
 from fasttrain.hardware.nvml import cuda_version_string, decode_throttle_reasons
-from fasttrain.hardware.torch_build import compile_support, cudnn_int, read_version_file, static_info
 from fasttrain.hardware.report import GpuInfo, HardwareReport, TorchInfo
+from fasttrain.hardware.torch_build import compile_support, cudnn_int, read_version_file, static_info
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import FIXTURES
 
 MAX_OUTPUT = 20_000   # characters of stdout + stderr for one rejected or accepted command
 MAX_SECONDS = 30      # per command: nothing here trains or measures
@@ -66,7 +65,7 @@ def odd_paths(tmp_path: Path) -> list[str]:
             str(tmp_path / "junk_dir"), str(tmp_path / "loop"), str(tmp_path / "missing" / "deeper"), "/dev/null"]
 
 
-def _check(cli, args: list[str], allowed: set[int] = frozenset({0, 2})):  # noqa: ANN001 - the cli fixture
+def _check(cli, args: list[str], allowed: set[int] = frozenset({0, 2})):
     start = time.monotonic()
     r = cli(*args)
     took = time.monotonic() - start

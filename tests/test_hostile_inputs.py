@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import one_error_line
+
 from fasttrain.core.errors import UserError
 
 _names = itertools.count()

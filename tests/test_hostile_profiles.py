@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasttrain.profiles.files import preset_names
 from fasttrain.profiles.schema import SECTIONS, all_dotted_keys
-
-from conftest import FIXTURES
 
 CPU_REPORT = str(FIXTURES / "reports" / "cpu_only.json")
 MAX_OUTPUT = 64 * 1024       # bytes of stdout + stderr one run may print

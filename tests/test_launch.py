@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from fasttrain.train.parallel import launch
-from fasttrain.core.errors import UserError
-from fasttrain.train.types import LaunchSpec
 from loop_helpers import FIXTURES
+
+from fasttrain.core.errors import UserError
+from fasttrain.train.parallel import launch
+from fasttrain.train.types import LaunchSpec
 
 
 def test_strip_launch_flags_keeps_everything_else() -> None:
@@ -70,29 +70,29 @@ def test_cpu_threads_share_the_cores_out() -> None:
 
 
 # -- errors met on the command line (in-process: nothing is launched) ----------------------------------------
-def test_node_flags_without_nproc_per_node(cli) -> None:  # noqa: ANN001
+def test_node_flags_without_nproc_per_node(cli) -> None:
     res = cli("train", "--nnodes", "2", "--dry-run")
     assert res.code == 2 and "--nnodes: only means something with --nproc-per-node" in res.err
     assert "Traceback" not in res.err
 
 
-def test_bad_spec_exits_2_before_anything_starts(cli) -> None:  # noqa: ANN001
+def test_bad_spec_exits_2_before_anything_starts(cli) -> None:
     res = cli("train", "--nproc-per-node", "2", "--nnodes", "2", "--dry-run")
     assert res.code == 2 and "--rdzv-endpoint: required with --nnodes 2" in res.err
 
 
-def test_more_cpu_processes_than_cores(cli) -> None:  # noqa: ANN001
+def test_more_cpu_processes_than_cores(cli) -> None:
     res = cli("train", "--nproc-per-node", "256", "--dry-run")
     assert res.code == 2 and "--nproc-per-node: 256 CPU processes on" in res.err
 
 
-def test_a_multi_process_profile_without_a_launcher_says_how(cli, tmp_path) -> None:  # noqa: ANN001
+def test_a_multi_process_profile_without_a_launcher_says_how(cli, tmp_path) -> None:
     (tmp_path / "two.yaml").write_text("extends: cpu\nworld:\n  gpus_per_node: 2\n")
     res = cli("train", "--profile", str(tmp_path / "two.yaml"), "--dry-run")
     assert res.code == 2 and "add --nproc-per-node 2" in res.err
 
 
-def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:  # noqa: ANN001
+def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:
     res = cli("train", "--nproc-per-node", "2", "--dry-run", "--json")
     assert res.code == 0, res.err
     plan = json.loads(res.out)["plan"]
@@ -101,9 +101,9 @@ def test_the_dry_run_shows_the_whole_jobs_batch(cli) -> None:  # noqa: ANN001
 
 def test_one_process_per_gpu_and_no_more() -> None:
     """The rule, against a hand-built report of a 4 x A10G machine (no GPU here)."""
-    from fasttrain.profiles import presets
-    from fasttrain.plan import make_plan
     from fasttrain.hardware.report import HardwareReport
+    from fasttrain.plan import make_plan
+    from fasttrain.profiles import presets
     from fasttrain.train.setup.world import check_world
     report = HardwareReport.model_validate_json((FIXTURES / "reports" / "a10g_x4.json").read_text())
     for procs in (1, 4, 5):
@@ -117,7 +117,7 @@ def test_one_process_per_gpu_and_no_more() -> None:
                 check_world(plan, profile, report, launched=True)
 
 
-def test_a_worker_killed_by_a_signal_is_named_by_its_global_rank(capsys) -> None:  # noqa: ANN001
+def test_a_worker_killed_by_a_signal_is_named_by_its_global_rank(capsys) -> None:
     """torchrun's failures are keyed by global rank; the earliest one decides the exit code, as a shell would."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
     late = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file="<none>")
@@ -140,17 +140,18 @@ def _agent_interrupted_inside_torchs_metrics_wrapper(sig: int) -> None:
 
 
 @pytest.mark.parametrize(("sig", "code"), [(15, 0), (2, 130)])
-def test_a_signal_hidden_by_torchs_metrics_wrapper_is_still_a_clean_stop(monkeypatch, sig: int, code: int) -> None:  # noqa: ANN001
+def test_a_signal_hidden_by_torchs_metrics_wrapper_is_still_a_clean_stop(monkeypatch, sig: int, code: int) -> None:
     """Seen in CI: SIGTERM to the launcher printed a traceback and exited 1, because torch's wrapper masked the
     SignalException. The agent had shut the workers down all the same; the launcher reports the stop."""
     import signal as signal_module
+
     import torch.distributed.run as torch_run
     monkeypatch.setattr(torch_run, "run", lambda _args: _agent_interrupted_inside_torchs_metrics_wrapper(
         signal_module.Signals(sig)))
     assert launch.launch(LaunchSpec(2), ["train"]) == code
 
 
-def test_an_error_without_a_signal_behind_it_is_not_taken_for_a_stop(monkeypatch) -> None:  # noqa: ANN001
+def test_an_error_without_a_signal_behind_it_is_not_taken_for_a_stop(monkeypatch) -> None:
     import torch.distributed.run as torch_run
 
     def broken(_args: object) -> None:

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from image_tree import write_corrupt, write_tree
 
-from fasttrain.datasets.build import build_datasets
 from fasttrain.core.errors import UserError
+from fasttrain.datasets.build import build_datasets
 from fasttrain.datasets.loaders import build_loaders
+from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import AugmentSpec
-from fasttrain.datasets.sampler import EpochSampler
-from image_tree import write_corrupt, write_tree
 
 AUG = AugmentSpec(random_resized_crop_scale=(0.5, 1.0), hflip=0.5, color_jitter=0.2)
 

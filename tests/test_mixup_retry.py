@@ -5,11 +5,11 @@ on the CPU; the model raises the allocator's error above a batch size, as tests/
 from __future__ import annotations
 
 import torch
+from loop_helpers import cpu_plan
 from torch import nn
 
 from fasttrain.datasets.transforms import make_mixup
 from fasttrain.train.loop.step import StepEngine
-from loop_helpers import cpu_plan
 
 
 class Recording(nn.Module):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import one_error_line
 from loop_helpers import write_image_folder
 

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import one_error_line, run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 

@@ -6,9 +6,9 @@ import copy
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loop_helpers import cpu_plan, make_trainer
 
 from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms
-from loop_helpers import cpu_plan, make_trainer
 
 
 def _batch(size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

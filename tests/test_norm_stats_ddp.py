@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+from loop_helpers import cpu_plan
 
 from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms
-from loop_helpers import cpu_plan
 
 # Rank -> the seeds of its recent batches, per scenario.
 SCENARIOS = {"unequal": ([0, 1], [2, 3, 4]), "one_empty": ([5, 6], [])}

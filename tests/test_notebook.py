@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REPO, child_env
 from loop_helpers import write_image_folder
 
@@ -114,9 +113,10 @@ def test_a_process_started_from_a_notebook_cell_prints_plain_lines(monkeypatch: 
     """`!fasttrain train` in a cell: a pseudo-terminal (isatty), but the notebook shows no redraw in place."""
     import io
 
+    from loop_helpers import cpu_plan
+
     from fasttrain.commands.train import _dashboard
     from fasttrain.train.events import RunDisplay
-    from loop_helpers import cpu_plan
 
     class Pty(io.StringIO):
         def isatty(self) -> bool:

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from fasttrain.models.one_pixel import OnePixelConv2d, one_pixel_taps, to_one_pixel  # noqa: E402
-
 from loop_helpers import cpu_plan  # noqa: E402
+
+from fasttrain.models.one_pixel import OnePixelConv2d, one_pixel_taps, to_one_pixel  # noqa: E402
 
 
 @pytest.mark.parametrize(("in_hw", "kernel", "stride", "padding", "want"), [

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from loop_helpers import TINY_PROFILE, write_image_folder
 
 from fasttrain.train.setup.plan_view import must_know
-from loop_helpers import TINY_PROFILE, write_image_folder
 
 
 def _run(cli, tmp_path: Path, *extra: str):

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from fasttrain.train.loop.optim import LRSchedule, build_optimizer, lr_at, param_groups
 from fasttrain.profiles.schema import OptimSpec
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer, lr_at, param_groups
 
 
 def _net() -> torch.nn.Module:

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 from fasttrain.train.state import checkpoint as ck
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 PROFILE = DETERMINISTIC_PROFILE.replace("optim:\n", "optim:\n  optimizer: sgd\n  schedule: constant\n") + \
     "  fused_optimizer: false\n"
 
 
 @pytest.fixture
-def train(cli, tmp_path: Path):  # noqa: ANN001, ANN201
+def train(cli, tmp_path: Path):
     write_image_folder(tmp_path / "data")
     (tmp_path / "tiny.yaml").write_text(PROFILE)
 
@@ -34,7 +34,7 @@ def _multi_tensor_out_of_memory(monkeypatch: pytest.MonkeyPatch, times: int | No
     import torch.optim.sgd as sgd
     real, calls = sgd._multi_tensor_sgd, []
 
-    def fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def fails(*args, **kwargs):
         calls.append(1)
         if times is None or len(calls) <= times:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (test)")
@@ -44,7 +44,7 @@ def _multi_tensor_out_of_memory(monkeypatch: pytest.MonkeyPatch, times: int | No
     return calls
 
 
-def test_out_of_memory_in_the_first_optimizer_step_is_retried_leaner(train, monkeypatch) -> None:  # noqa: ANN001
+def test_out_of_memory_in_the_first_optimizer_step_is_retried_leaner(train, monkeypatch) -> None:
     ref, ref_run = train("ref")
     assert ref.code == 0, ref.err
     _multi_tensor_out_of_memory(monkeypatch, times=None)  # the multi-tensor path never fits: per-parameter does
@@ -60,10 +60,10 @@ def test_out_of_memory_in_the_first_optimizer_step_is_retried_leaner(train, monk
     assert all(torch.allclose(weights[k], ref_weights[k], atol=1e-6) for k in weights)  # the same updates
 
 
-def test_an_optimizer_step_that_never_fits_stops_with_a_clear_message(train, monkeypatch) -> None:  # noqa: ANN001
+def test_an_optimizer_step_that_never_fits_stops_with_a_clear_message(train, monkeypatch) -> None:
     import torch.optim.sgd as sgd
 
-    def never(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def never(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (test)")
 
     monkeypatch.setattr(sgd, "_multi_tensor_sgd", never)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import torch
+from loop_helpers import cpu_plan, tiny_mlp
 
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.loop.precision import make_precision
 from fasttrain.train.loop.step import StepEngine
-from loop_helpers import cpu_plan, tiny_mlp
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (test)"
 KERNELS = {("sgd", False): ("torch.optim.sgd", "_multi_tensor_sgd"),

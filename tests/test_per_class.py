@@ -215,7 +215,7 @@ def test_the_sanity_check_keeps_no_matrix() -> None:
 def test_a_run_says_its_classes_first_and_ends_with_every_class(cli, tmp_path: Path) -> None:
     classes = {"T-shirt": 6, "Trouser": 6, "Pullover": 6, "Ankle boot": 6}
     write_tree(tmp_path / "data" / "train", classes)
-    write_tree(tmp_path / "data" / "val", {name: 3 for name in classes}, seed=1)
+    write_tree(tmp_path / "data" / "val", dict.fromkeys(classes, 3), seed=1)
     run = cli("train", "--data", str(tmp_path / "data"), "--model", "tiny_cnn", "--epochs", "1", "--json",
               "--no-tune", "--runs-dir", str(tmp_path / "runs"), "--run-name", "r")
     assert run.code == 0, run.err

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import FIXTURES
-from fasttrain.profiles import presets
-from fasttrain.plan import make_plan
+
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import make_plan
+from fasttrain.profiles import presets
 
 
 def report(name: str, **torch_fields: object) -> HardwareReport:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import FIXTURES
+
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import UserError
 from fasttrain.hardware.report import HardwareReport
@@ -70,7 +70,7 @@ def test_one_process_is_unchanged() -> None:
     assert "per process" not in plan.workers_reason
 
 
-def test_estimate_and_train_dry_run_with_four_processes(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_estimate_and_train_dry_run_with_four_processes(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     res = cli("estimate", "--profile", "aws-a10g", "--model", "resnet50", "--nproc-per-node", "4",
               "--gpu", "A100 80GB", "--json")
     assert res.code == 0, res.err
@@ -87,7 +87,7 @@ def test_estimate_and_train_dry_run_with_four_processes(cli, monkeypatch: pytest
     assert "workers      0 (asked 12: synthetic data are tensors in memory: nothing to decode per step" in res.out
 
 
-def test_profiles_show_reports_the_cap_as_a_note(cli) -> None:  # noqa: ANN001
+def test_profiles_show_reports_the_cap_as_a_note(cli) -> None:
     res = cli("profiles", "show", "aws-a10g", "--nproc-per-node", "4")
     assert res.code == 0, res.err
     assert "the plan runs 3 workers per process" in res.out + res.err
@@ -147,7 +147,7 @@ def test_gpu_memory_and_a_small_host_are_both_checked() -> None:
     assert micro * acc == 256 and micro < 256 and "GiB of RAM" in note
 
 
-def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fasttrain.train.setup.prepare.probe", small_ram_cpu)
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--epochs", "90",
               "--dry-run")
@@ -165,7 +165,7 @@ def test_train_dry_run_on_a_small_ram_cpu_splits_the_batch(cli, monkeypatch: pyt
     assert "not even batch 1 fits in 1.0 GiB of RAM" in res.err and len(res.err.strip().splitlines()) == 1
 
 
-def test_a_batch_that_fits_is_unchanged(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_a_batch_that_fits_is_unchanged(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fasttrain.train.setup.prepare.probe", small_ram_cpu)
     res = cli("train", "--profile", "aws-a10g", "--model", "resnet50", "--data", "synthetic", "--dry-run",
               "--set", "loader.batch_size=64", "--json")

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from conftest import FIXTURES
+
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import gpu_preset_note, make_plan
 from fasttrain.profiles import presets
@@ -39,8 +40,9 @@ def test_gpu_present_but_unusable_and_no_workers() -> None:
     assert "loader worker" not in note
 
 
-def test_train_dry_run_prints_the_note(cli, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_train_dry_run_prints_the_note(cli, tmp_path: Path, monkeypatch) -> None:
     from PIL import Image
+
     from fasttrain.train.setup import prepare as gather
     monkeypatch.setattr(gather, "probe", lambda: report("cpu_only"))
     for cls in ("a", "b"):

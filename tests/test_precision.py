@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loop_helpers import tiny_mlp
 
-from fasttrain.train.loop.optim import LRSchedule, build_optimizer
-from fasttrain.train.loop.precision import make_precision
 from fasttrain.profiles.schema import OptimSpec
 from fasttrain.train.loop.backoff import OomBackoff
+from fasttrain.train.loop.optim import LRSchedule, build_optimizer
+from fasttrain.train.loop.precision import make_precision
 from fasttrain.train.loop.step import StepEngine, StepSettings
-from loop_helpers import tiny_mlp
 
 
 def _engine(precision_name: str) -> StepEngine:

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from loop_helpers import write_image_folder
 
 from fasttrain.tuning import decide
-from loop_helpers import write_image_folder
 
 ARMS = ["bf16-mixed", "fp32"]
 

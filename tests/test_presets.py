@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fasttrain.core.errors import UserError
 from fasttrain.profiles import presets
 from fasttrain.profiles.files import preset_names, preset_path
-from fasttrain.core.errors import UserError
 
 SHIPPED = ["aws-a10g", "cpu", "gcp-v100", "kaggle-t4", "laptop-4060"]
 FIELD_NOTES = Path(__file__).parent / "fixtures" / "reference" / "field_notes.csv"

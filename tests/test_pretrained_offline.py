@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, child_env
 from image_tree import write_tree
 
@@ -37,7 +36,7 @@ socket.getaddrinfo = _blocked
 
 
 @pytest.fixture
-def offline_child(tmp_path: Path):  # noqa: ANN201
+def offline_child(tmp_path: Path):
     guard = tmp_path / "guard"
     guard.mkdir()
     (guard / "sitecustomize.py").write_text(GUARD)
@@ -59,7 +58,7 @@ NO_NETWORK = "fasttrain: error: --pretrained: no network to download resnet18's 
 FIX = "and none in the cache "
 
 
-def test_pretrained_without_network_is_one_line_at_once(offline_child, tmp_path: Path) -> None:  # noqa: ANN001
+def test_pretrained_without_network_is_one_line_at_once(offline_child, tmp_path: Path) -> None:
     data = write_tree(tmp_path / "data", {"a": 4, "b": 4}, size=32)
     res, seconds, sockets = offline_child("train", "--pretrained", "--model", "resnet18", "--data", str(data),
                                           "--image-size", "32", "--epochs", "1", "--runs-dir", "runs")
@@ -73,7 +72,7 @@ def test_pretrained_without_network_is_one_line_at_once(offline_child, tmp_path:
     assert seconds < 45, seconds  # the hub's retries alone took ~60 s; this is torch+timm import time under load
 
 
-def test_the_users_own_offline_switch_is_kept(offline_child, tmp_path: Path) -> None:  # noqa: ANN001
+def test_the_users_own_offline_switch_is_kept(offline_child, tmp_path: Path) -> None:
     data = write_tree(tmp_path / "data", {"a": 4, "b": 4}, size=32)
     res, _, sockets = offline_child("train", "--pretrained", "--model", "resnet18", "--data", str(data),
                                     "--image-size", "32", "--epochs", "1", "--runs-dir", "runs",
@@ -83,7 +82,7 @@ def test_the_users_own_offline_switch_is_kept(offline_child, tmp_path: Path) -> 
     assert "HF_HUB_OFFLINE=1 keeps the Hugging Face Hub offline" in res.stderr
 
 
-def test_a_dry_run_says_where_the_weights_come_from_and_downloads_nothing(offline_child, tmp_path: Path) -> None:  # noqa: ANN001,E501
+def test_a_dry_run_says_where_the_weights_come_from_and_downloads_nothing(offline_child, tmp_path: Path) -> None:
     data = write_tree(tmp_path / "data", {"a": 4, "b": 4}, size=32)
     res, _, sockets = offline_child("train", "--pretrained", "--model", "efficientnet_b0", "--data", str(data),
                                     "--image-size", "32", "--dry-run")
@@ -93,7 +92,7 @@ def test_a_dry_run_says_where_the_weights_come_from_and_downloads_nothing(offlin
     assert "not there yet: downloaded when the run starts" in line
 
 
-def _hub_cache(home: Path, repo: str, state: dict) -> Path:  # noqa: ANN001
+def _hub_cache(home: Path, repo: str, state: dict) -> Path:
     """The layout huggingface_hub writes: models--ORG--NAME/{refs/main, snapshots/<commit>/model.safetensors}."""
     from safetensors.torch import save_file
     folder = home / "hub" / ("models--" + repo.replace("/", "--"))
@@ -105,7 +104,7 @@ def _hub_cache(home: Path, repo: str, state: dict) -> Path:  # noqa: ANN001
     return folder
 
 
-def test_weights_in_the_hub_cache_load_through_timm_without_the_network(offline_child, tmp_path: Path) -> None:  # noqa: ANN001,E501
+def test_weights_in_the_hub_cache_load_through_timm_without_the_network(offline_child, tmp_path: Path) -> None:
     import timm
     import torch
     torch.manual_seed(3)
@@ -122,7 +121,7 @@ def test_weights_in_the_hub_cache_load_through_timm_without_the_network(offline_
     assert summary["init"]["pretrained"] == f"hf-hub:timm/resnet18.a1_in1k (cache {folder})"
 
 
-def test_a_torchvision_name_is_told_to_use_the_timm_one(cli) -> None:  # noqa: ANN001
+def test_a_torchvision_name_is_told_to_use_the_timm_one(cli) -> None:
     res = cli("train", "--pretrained", "--model", "mobilenet_v3_small", "--dry-run")
     assert res.code == 2
     assert "mobilenet_v3_small is a torchvision name; fasttrain loads pretrained weights through timm" in res.err

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
-from fasttrain.profiles.writer import profile_text, write_profile
-from fasttrain.profiles.recommend import batch_for_vram, best_preset, recommend
 from fasttrain.hardware.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.profiles import presets
+from fasttrain.profiles.recommend import batch_for_vram, best_preset, recommend
+from fasttrain.profiles.writer import profile_text, write_profile
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 ALL = sorted(p.stem for p in REPORTS.glob("*.json"))

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import REPO
-from fasttrain.train.state import checkpoint as ck
-from fasttrain.train.state.checkpoint import CheckpointPolicy
-from fasttrain.train.events import Collaborators
-from fasttrain.train.loop.trainer import Trainer
-from fasttrain.train.state.run_state import Resume, RunExtras, RunState
 from image_tree import write_corrupt
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
+
+from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.trainer import Trainer
+from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state.checkpoint import CheckpointPolicy
+from fasttrain.train.state.run_state import Resume, RunExtras, RunState
 
 # Plain SGD at a constant LR, so a skipped or split step shows in the weights as it is.
 PROFILE = DETERMINISTIC_PROFILE.replace("optim:\n", "optim:\n  optimizer: sgd\n  schedule: constant\n")
@@ -33,7 +33,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def train(cli, tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+def train(cli, tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(REPO / "tests"))  # fault_models
 
     def run(*args: str, data: Path | None = None) -> tuple[object, Path]:
@@ -48,7 +48,7 @@ def _steps(run: Path) -> list[dict]:
 
 
 # -- non-finite loss ---------------------------------------------------------------------------------
-def test_nan_stops_after_three_in_a_row_and_keeps_the_last_good_checkpoint(train, monkeypatch) -> None:  # noqa: ANN001
+def test_nan_stops_after_three_in_a_row_and_keeps_the_last_good_checkpoint(train, monkeypatch) -> None:
     monkeypatch.setenv("FAULT_NAN_FROM", "8")  # epoch 2, batch 3 onwards
     res, run = train("--model", "fault_models:nan_net")
     assert res.code == 1, res.err
@@ -60,7 +60,7 @@ def test_nan_stops_after_three_in_a_row_and_keeps_the_last_good_checkpoint(train
     assert payload["epoch"] == 1 and all(torch.isfinite(t).all() for t in payload["model"].values())
 
 
-def test_nan_skip_keeps_training_with_finite_weights(train, monkeypatch) -> None:  # noqa: ANN001
+def test_nan_skip_keeps_training_with_finite_weights(train, monkeypatch) -> None:
     monkeypatch.setenv("FAULT_NAN_FROM", "8")
     res, run = train("--model", "fault_models:nan_net", "--on-nan", "skip")
     assert res.code == 0, res.err
@@ -83,7 +83,7 @@ def test_one_nan_step_is_skipped_not_applied() -> None:
 
 
 # -- out of memory -----------------------------------------------------------------------------------
-def test_out_of_memory_halves_the_batch_and_keeps_effective_batch_and_lr(train, monkeypatch) -> None:  # noqa: ANN001
+def test_out_of_memory_halves_the_batch_and_keeps_effective_batch_and_lr(train, monkeypatch) -> None:
     monkeypatch.setenv("FAULT_OOM_ABOVE", "1000")  # never: the reference
     ref, ref_run = train("--model", "fault_models:oom_net", "--epochs", "1", "--set", "loader.batch_size=8")
     assert ref.code == 0, ref.err
@@ -107,14 +107,14 @@ def test_out_of_memory_halves_the_batch_and_keeps_effective_batch_and_lr(train, 
     assert all(torch.allclose(weights[k], ref_weights[k], atol=1e-6) for k in weights)
 
 
-def test_out_of_memory_at_batch_one_stops_with_a_clear_message(train, monkeypatch) -> None:  # noqa: ANN001
+def test_out_of_memory_at_batch_one_stops_with_a_clear_message(train, monkeypatch) -> None:
     monkeypatch.setenv("FAULT_OOM_ABOVE", "0")
     res, _ = train("--model", "fault_models:oom_net", "--epochs", "1")
     assert res.code == 1 and "with a per-device batch of 1" in res.err and "Traceback" not in res.err
 
 
 # -- bad data, full disk -----------------------------------------------------------------------------
-def test_corrupt_images_are_counted_on_the_dashboard_and_in_the_summary(train, tree, tmp_path) -> None:  # noqa: ANN001
+def test_corrupt_images_are_counted_on_the_dashboard_and_in_the_summary(train, tree, tmp_path) -> None:
     import shutil
     data = tmp_path / "data"
     shutil.copytree(tree / "data", data)
@@ -127,10 +127,10 @@ def test_corrupt_images_are_counted_on_the_dashboard_and_in_the_summary(train, t
     assert json.loads((run / "summary.json").read_text())["bad_files"] == 1
 
 
-def test_full_disk_keeps_the_previous_checkpoint_and_says_so(train, monkeypatch) -> None:  # noqa: ANN001
+def test_full_disk_keeps_the_previous_checkpoint_and_says_so(train, monkeypatch) -> None:
     real_save, calls = torch.save, []
 
-    def save(obj, f, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003 - epoch 1 saves work, then the disk is full
+    def save(obj, f, *args, **kwargs):
         calls.append(1)
         if len(calls) > 1:  # last.pt of epoch 1 (the model files are safetensors')
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -207,9 +207,8 @@ def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
     worker.start()
     worker.join()
     assert seen == [before[0]]  # signal.signal would raise outside the main thread: nothing was installed
-    with pytest.raises(KeyboardInterrupt):
-        with GracefulStop() as stop:
-            signal.raise_signal(signal.SIGINT)
-            assert stop.exit_code == 130
-            signal.raise_signal(signal.SIGINT)  # the second Ctrl-C stops at once
+    with pytest.raises(KeyboardInterrupt), GracefulStop() as stop:
+        signal.raise_signal(signal.SIGINT)
+        assert stop.exit_code == 130
+        signal.raise_signal(signal.SIGINT)  # the second Ctrl-C stops at once
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import REPO, child_env, run_subprocess
-from fasttrain.train.state import checkpoint as ck
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+
+from fasttrain.train.state import checkpoint as ck
 
 # 24 train images / batch 4 = 6 steps per epoch, 2 epochs; no randomness left to chance.
 PROFILE = DETERMINISTIC_PROFILE
@@ -147,7 +147,7 @@ def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
     assert not list(run.glob(".*.tmp"))      # ... is pruned after the next good save
 
 
-def test_truncated_checkpoint_names_the_file_and_the_previous_good_one(work: Path, reference: Path, cli,  # noqa: ANN001
+def test_truncated_checkpoint_names_the_file_and_the_previous_good_one(work: Path, reference: Path, cli,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     run = work / "runs" / "damaged"
     shutil.copytree(reference, run)
@@ -166,7 +166,7 @@ def test_truncated_checkpoint_names_the_file_and_the_previous_good_one(work: Pat
     assert res.code == 2 and "skipped damaged checkpoint" in res.err and "already finished epoch 2 of 2" in res.err
 
 
-def test_a_model_that_does_not_fit_is_refused(work: Path, reference: Path, cli,  # noqa: ANN001
+def test_a_model_that_does_not_fit_is_refused(work: Path, reference: Path, cli,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(work)
     monkeypatch.syspath_prepend(str(REPO / "tests"))
@@ -176,7 +176,7 @@ def test_a_model_that_does_not_fit_is_refused(work: Path, reference: Path, cli, 
     assert str(reference / "epoch_0001.pt") in res.err and "does not fit this model" in res.err
 
 
-def test_resume_from_an_epoch_end_checkpoint_matches_too(work: Path, reference: Path, cli,  # noqa: ANN001
+def test_resume_from_an_epoch_end_checkpoint_matches_too(work: Path, reference: Path, cli,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     run = work / "runs" / "from_epoch1"
     run.mkdir(parents=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+
 from fasttrain.train.run.run_clock import RunClock, resumed_clock
 from fasttrain.train.state.run_state import FitProgress, Position, Resume, RunExtras, RunState
 

@@ -7,13 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from image_tree import write_corrupt
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 
 @pytest.fixture
-def train(cli, tmp_path: Path):  # noqa: ANN001, ANN201
+def train(cli, tmp_path: Path):
     (tmp_path / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
 
     def run(data: Path, *args: str) -> tuple[object, Path]:
@@ -31,7 +30,7 @@ def _empty_files(root: Path, split: str, classes: int = 3, per_class: int = 8) -
             (folder / f"{i}.png").write_bytes(b"")
 
 
-def test_a_folder_of_empty_images_fails_instead_of_training_on_nothing(train, tmp_path) -> None:  # noqa: ANN001
+def test_a_folder_of_empty_images_fails_instead_of_training_on_nothing(train, tmp_path) -> None:
     data = tmp_path / "data"
     _empty_files(data, "train")
     _empty_files(data, "val", per_class=4)
@@ -43,7 +42,7 @@ def test_a_folder_of_empty_images_fails_instead_of_training_on_nothing(train, tm
     assert not (run / "summary.json").exists() and not (run / "last.pt").exists()
 
 
-def test_an_epoch_that_lost_most_of_its_files_fails(train, tmp_path) -> None:  # noqa: ANN001
+def test_an_epoch_that_lost_most_of_its_files_fails(train, tmp_path) -> None:
     data = write_image_folder(tmp_path / "data")  # 24 train images, 3 classes
     for c in range(3):
         for i in range(5):  # 15 of 24 unreadable: more than half of the epoch
@@ -55,7 +54,7 @@ def test_an_epoch_that_lost_most_of_its_files_fails(train, tmp_path) -> None:  #
     assert "Traceback" not in res.err and not (run / "summary.json").exists()
 
 
-def test_a_few_bad_files_warn_on_the_live_dashboard_and_the_run_goes_on(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_few_bad_files_warn_on_the_live_dashboard_and_the_run_goes_on(train, tmp_path, monkeypatch) -> None:
     from fasttrain.ui import dashboard
     monkeypatch.setattr(dashboard, "choose_mode", lambda quiet, stream=None: "live")
     data = write_image_folder(tmp_path / "data")
@@ -66,7 +65,7 @@ def test_a_few_bad_files_warn_on_the_live_dashboard_and_the_run_goes_on(train, t
     assert json.loads((run / "summary.json").read_text())["bad_files"] == 1
 
 
-def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None:  # noqa: ANN001
+def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None:
     data = write_image_folder(tmp_path / "data", val_per_class=0)
     _empty_files(data, "val", per_class=2)
     res, run = train(data, "--json", "--epochs", "1")
@@ -76,13 +75,13 @@ def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None: 
     assert json.loads(res.out)["epochs_run"] == 1
 
 
-def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_path, monkeypatch) -> None:
     from fasttrain.train.loop.step import StepEngine
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch
     original = StepEngine.step
     deleted: list[int] = []
 
-    def train_batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def train_batch(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
         if self.schedule.step == 8 and not deleted:  # epoch 2, batch 2 done: the folder goes away
             shutil.rmtree(data)
@@ -101,12 +100,12 @@ def test_data_deleted_during_epoch_two_stops_and_names_the_folder(train, tmp_pat
     assert ck.load(run / "last.pt")["epoch"] == 1  # epoch 1's checkpoint is kept, nothing after it claimed
 
 
-def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, monkeypatch) -> None:
     from fasttrain.train.loop.step import StepEngine
     data = write_image_folder(tmp_path / "data")  # 6 batches of 4 per epoch, decoded into RAM in epoch 1
     original = StepEngine.step
 
-    def train_batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def train_batch(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
         if self.schedule.step == 8 and data.exists():
             shutil.rmtree(data)

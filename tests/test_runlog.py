@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fasttrain.profiles import presets
 from fasttrain.core.errors import UserError
+from fasttrain.profiles import presets
 from fasttrain.profiles.schema import Profile
 from fasttrain.train.run.runlog import RunLog, new_run_dir, read_metrics
 

@@ -9,12 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import run_subprocess
 
 
 @pytest.fixture
-def read_only(tmp_path: Path):  # noqa: ANN201
+def read_only(tmp_path: Path):
     folder = tmp_path / "ro"
     folder.mkdir()
     if os.geteuid() != 0:
@@ -32,10 +31,10 @@ def read_only(tmp_path: Path):  # noqa: ANN201
         subprocess.run(["umount", str(folder)], check=False)
 
 
-def test_a_read_only_runs_dir_is_refused_before_any_work(cli, read_only, monkeypatch) -> None:  # noqa: ANN001
+def test_a_read_only_runs_dir_is_refused_before_any_work(cli, read_only, monkeypatch) -> None:
     from fasttrain.datasets import build
 
-    def no_data(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def no_data(*args, **kwargs):
         raise AssertionError("the data was opened before the run folder was checked")
     monkeypatch.setattr(build, "build_datasets", no_data)
     res = cli("train", "--runs-dir", str(read_only / "runs"), "--run-name", "r", "--epochs", "1")
@@ -47,7 +46,7 @@ def test_a_read_only_runs_dir_is_refused_before_any_work(cli, read_only, monkeyp
     assert "Traceback" not in res.err
 
 
-def test_a_read_only_working_directory_names_runs_and_the_fix(read_only) -> None:  # noqa: ANN001
+def test_a_read_only_working_directory_names_runs_and_the_fix(read_only) -> None:
     res = run_subprocess("train", "--epochs", "1", cwd=read_only, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "--runs-dir: cannot create or write run folders in 'runs'" in res.stderr

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("pyte", reason="pyte (dev extra) emulates the terminal")
 
-from loop_helpers import TINY_PROFILE, write_image_folder  # noqa: E402
-from pty_helpers import run_in_pty  # noqa: E402
+from loop_helpers import TINY_PROFILE, write_image_folder
+from pty_helpers import run_in_pty
 
 
 @pytest.fixture(scope="module")

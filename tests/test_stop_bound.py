@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 

@@ -11,9 +11,8 @@ import dataclasses
 from typing import Any
 
 import pytest
-import torch
-
 import test_gpu_findings
+import torch
 
 
 class _SyncMode:

@@ -255,7 +255,7 @@ def test_gpu_readings_reach_the_snapshot_and_epoch_means() -> None:
         {"gpu_util_pct": 30.0, "gpu_power_w": 100.0, "gpu_mem_allocated_bytes": 5 << 30,
          "gpu_mem_reserved_bytes": 6 << 30, "gpu_mem_peak_bytes": 8 << 30},
     ])
-    tel = Telemetry("cuda", clock=clock, gpu_reader=gpu, host_reader=lambda: {})
+    tel = Telemetry("cuda", clock=clock, gpu_reader=gpu, host_reader=dict)
     feed(tel, clock, 3, dt=0.1)
     tel.sample_now()
     tel.sample_now()

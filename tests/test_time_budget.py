@@ -7,14 +7,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loop_helpers import Clock
 
 from fasttrain.core.errors import UserError
 from fasttrain.profiles.schema import Profile
 from fasttrain.train.loop.budget import END_MARGIN_S, BudgetPace, TimeBudget, steps_that_fit
 from fasttrain.train.setup.budget_args import budget_seconds, cost_seconds, deadline_seconds, parse_duration
-
-from loop_helpers import Clock
 
 
 # -- the flags -------------------------------------------------------------------------------------------------

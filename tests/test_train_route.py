@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from loop_helpers import write_image_folder
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fasttrain"

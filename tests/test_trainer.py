@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
-from fasttrain.train.loop.batches import window_length
-from fasttrain.train.events import Collaborators
-from fasttrain.train.loop.synthetic import run_synthetic_steps
 from loop_helpers import cpu_plan, make_trainer, tiny_mlp
+
+from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.batches import window_length
+from fasttrain.train.loop.synthetic import run_synthetic_steps
 
 SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,
              "base_batch": 8}
@@ -81,7 +81,7 @@ def test_clipping_sees_unscaled_gradients(monkeypatch: pytest.MonkeyPatch) -> No
     seen: list[float] = []
     real_clip = torch.nn.utils.clip_grad_norm_
 
-    def spy(params, max_norm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def spy(params, max_norm, *args, **kwargs):
         params = list(params)
         seen.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item())
         return real_clip(params, max_norm, *args, **kwargs)
@@ -196,8 +196,8 @@ def test_compiled_channels_last_model_trains() -> None:
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     import fasttrain.models.setup as ms
 
-    def broken_compile(module, mode=None, dynamic=None):  # noqa: ANN001 - a backend that fails at first call
-        def call(*args):  # noqa: ANN002
+    def broken_compile(module, mode=None, dynamic=None):
+        def call(*args):
             raise RuntimeError("inductor: no C++ compiler found")
         return call
 

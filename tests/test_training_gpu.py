@@ -42,7 +42,7 @@ def test_a_report_without_torchs_devices_keeps_the_first_visible_gpu() -> None:
     assert old.training_gpu().name == "Tesla T4"
 
 
-def test_the_torch_child_records_its_devices_and_current_device(monkeypatch) -> None:  # noqa: ANN001
+def test_the_torch_child_records_its_devices_and_current_device(monkeypatch) -> None:
     from fasttrain.hardware.torch_build import merge_child, static_info
     seen = {"version": "2.14.1+cu130", "cuda_available": True, "device_count": 1, "current_device": 0,
             "devices": [{"index": 0, "name": "NVIDIA A10G", "uuid": "GPU-x", "total_memory": 1, "capability": "8.6"}]}

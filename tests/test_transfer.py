@@ -20,14 +20,14 @@ class FakeStreams:
         streams = self
 
         class Stream:
-            def __init__(self, device=None, name="side"):  # noqa: ANN001
+            def __init__(self, device=None, name="side"):
                 self.name = name
 
-            def wait_stream(self, other) -> None:  # noqa: ANN001
+            def wait_stream(self, other) -> None:
                 calls.append(f"{self.name} waits for {other.name}")
 
         @contextlib.contextmanager
-        def stream(s):  # noqa: ANN001, ANN202
+        def stream(s):
             streams.active = s.name
             calls.append(f"enter {s.name}")
             yield
@@ -36,7 +36,7 @@ class FakeStreams:
 
         real_to = torch.Tensor.to
 
-        def to(tensor, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def to(tensor, *args, **kwargs):
             calls.append(f"copy on {streams.active}")
             return real_to(tensor, *args, **kwargs)
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fasttrain.profiles.schema import AugmentSpec, OptimSpec
 from fasttrain.datasets.transforms import MEAN, make_mixup, train_transform, val_transform
+from fasttrain.profiles.schema import AugmentSpec, OptimSpec
 
 
 def _image(size: int = 24) -> Image.Image:

@@ -18,10 +18,10 @@ COMPILE_S = 3.0
 def slow_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     import fasttrain.models.setup as ms
 
-    def compile_taking_a_second(module, mode=None, dynamic=None):  # noqa: ANN001, ANN202
+    def compile_taking_a_second(module, mode=None, dynamic=None):
         first = [True]
 
-        def call(*args):  # noqa: ANN002, ANN202
+        def call(*args):
             if first[0]:
                 first[0] = False
                 time.sleep(COMPILE_S)

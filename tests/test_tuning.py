@@ -16,8 +16,16 @@ from fasttrain.profiles import presets
 from fasttrain.telemetry import verdict
 from fasttrain.tuning import decide
 from fasttrain.tuning.advice import advise
-from fasttrain.tuning.store import (CACHE_FILE, Measurement, TrialKey, load_cache, lookup, machine_id,
-                                    machine_measurements, record)
+from fasttrain.tuning.store import (
+    CACHE_FILE,
+    Measurement,
+    TrialKey,
+    load_cache,
+    lookup,
+    machine_id,
+    machine_measurements,
+    record,
+)
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 

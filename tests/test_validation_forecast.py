@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_estimate import CEIL, CONSTANTS, _device, _plan
 
 from fasttrain.estimate import gather
 from fasttrain.estimate.cost import ModelCost, OpCost
 from fasttrain.estimate.forecast import forecast, norm_images
 from fasttrain.estimate.result import budget_buys
 from fasttrain.estimate.roofline import OpTable, step_time, validation_time
-from test_estimate import CEIL, CONSTANTS, _device, _plan
 
 # the forward pass (a conv and a batch norm), then the backward (the conv's gradients, twice its FLOPs)
 FORWARD = [OpCost("convolution", 1e9, 1e6, 0.0), OpCost("batch_norm", 0.0, 4e7, 0.0)]

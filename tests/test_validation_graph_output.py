@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from loop_helpers import cpu_plan
 
 C = 3

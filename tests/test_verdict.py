@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.telemetry import verdict
-from fasttrain.profiles import presets
-from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.plan import make_plan
+from fasttrain.profiles import presets
+from fasttrain.telemetry import verdict
 from fasttrain.telemetry.recorder import StepRecord, Telemetry
 
 GIB = 2**30
@@ -51,7 +51,7 @@ def measured(wait: float, h2d: float, compute: float, steps: int = 60, **gpu: fl
         def read(self) -> dict:
             return readings
 
-    tel = Telemetry("cuda" if gpu else "cpu", clock=lambda: clock[0], gpu_reader=Gpu(), host_reader=lambda: {})
+    tel = Telemetry("cuda" if gpu else "cpu", clock=lambda: clock[0], gpu_reader=Gpu(), host_reader=dict)
     for i in range(steps):
         clock[0] += wait + h2d + compute
         tel.record(StepRecord(0, i, i, 1000, 256, wait, h2d, compute, loss=2.0, lr=0.5))

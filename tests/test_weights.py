@@ -88,7 +88,7 @@ def pre(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch
     return path, state
 
 
-def test_apply_loads_every_tensor_but_the_head_into_a_real_model(pre) -> None:  # noqa: ANN001
+def test_apply_loads_every_tensor_but_the_head_into_a_real_model(pre) -> None:
     path, state = pre
     match = check_weights(str(path), "resnet18", 10, 32)
     assert (match.loaded, match.total, match.head) == (100, 102, ["fc.weight", "fc.bias"])
@@ -100,7 +100,7 @@ def test_apply_loads_every_tensor_but_the_head_into_a_real_model(pre) -> None:  
     assert own["fc.weight"].shape == (10, 512)
 
 
-def test_a_run_starts_from_the_file_and_says_so(cli, pre, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_run_starts_from_the_file_and_says_so(cli, pre, tmp_path: Path) -> None:
     path, state = pre
     data = write_tree(tmp_path / "data", {"a": 8, "b": 8, "c": 8}, size=32)
     plan = cli("train", "--data", str(data), "--model", "resnet18", "--image-size", "32", "--weights", str(path),
@@ -126,7 +126,7 @@ def test_a_run_starts_from_the_file_and_says_so(cli, pre, tmp_path: Path) -> Non
     assert again.loaded == 100 and again.path.endswith("model.safetensors")
 
 
-def test_a_resume_keeps_the_flag_and_does_not_read_the_file_again(cli, pre, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_resume_keeps_the_flag_and_does_not_read_the_file_again(cli, pre, tmp_path: Path) -> None:
     import shutil
     own = tmp_path / "mine.pth"
     shutil.copy(pre[0], own)
@@ -141,7 +141,7 @@ def test_a_resume_keeps_the_flag_and_does_not_read_the_file_again(cli, pre, tmp_
     assert summary["init"] == {"weights": str(own), "resumed": True} and summary["epochs_run"] == 2
 
 
-def test_safetensors_and_a_timm_checkpoint_load(tmp_path: Path, pre) -> None:  # noqa: ANN001
+def test_safetensors_and_a_timm_checkpoint_load(tmp_path: Path, pre) -> None:
     from safetensors.torch import save_file
     _, state = pre
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "pre.safetensors"))
@@ -180,7 +180,7 @@ def _hostile(tmp_path: Path, kind: str) -> Path:
     ("pickle", "holds Python objects besides tensors"),
     ("grey", "was trained on 1-channel images"),
 ])
-def test_wrong_files_are_one_line_and_exit_2(cli, tmp_path: Path, kind: str, expected: str) -> None:  # noqa: ANN001
+def test_wrong_files_are_one_line_and_exit_2(cli, tmp_path: Path, kind: str, expected: str) -> None:
     path = tmp_path / "nothing.pth" if kind == "missing" else _hostile(tmp_path, kind)
     data = write_tree(tmp_path / "data", {"a": 4, "b": 4}, size=32)
     res = cli("train", "--data", str(data), "--model", "resnet18", "--image-size", "32", "--weights", str(path),

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 
-
 # Armed first thing, before any heavy import, when this process is `fasttrain train` (not when imported):
 # a signal before training has nothing to save (train/signals/lifecycle.py, which imports only the stdlib).
 if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
@@ -18,13 +17,12 @@ if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
     from fasttrain.train.signals.lifecycle import train_signals
     train_signals.before_training()
 
-import typer  # noqa: E402
-from typer.core import TyperGroup  # noqa: E402
+import typer
+from typer.core import TyperGroup
 
-from fasttrain.train.parallel import launch
-from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.commands.options import click_exceptions
-
+from fasttrain.core.errors import JobFailed, UserError
+from fasttrain.train.parallel import launch
 
 # What an option's value is, in the words a help text uses (Typer would show `<int>`, `<path>`, `<list[str]>`).
 _PLAIN_METAVARS = {"<int>": "N", "<float>": "X", "<str>": "TEXT", "<path>": "PATH", "<list[str]>": "TEXT",
@@ -39,7 +37,7 @@ def _show_flags_as_flags(command: object) -> None:
     params = list(getattr(command, "params", []))
     try:
         help_option = command.get_help_option(Context(command))  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a help-display nicety must never break the CLI
+    except Exception:
         help_option = None
     for param in params + ([help_option] if help_option is not None else []):
         if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
@@ -47,7 +45,7 @@ def _show_flags_as_flags(command: object) -> None:
         elif getattr(param, "metavar", "") is None and getattr(param, "opts", None):  # `<int>` -> `N`
             try:
                 shown = param.display_type(Context(command))
-            except Exception:  # noqa: BLE001 - as above
+            except Exception:
                 continue
             param.metavar = _PLAIN_METAVARS.get(shown)
     for sub in (getattr(command, "commands", None) or {}).values():
@@ -251,7 +249,7 @@ def leave_worker(code: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or broken pipe: nothing more can be said
+            except Exception:
                 pass
         os._exit(code)
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.profiles.schema import Profile
-from fasttrain.hardware.report import HardwareReport
-from fasttrain.core.format import fmt_bytes
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.format import fmt_bytes
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.profiles.schema import Profile
 from fasttrain.tuning.advice import workers_advice
 from fasttrain.tuning.store import Measurement
 

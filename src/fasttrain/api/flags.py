@@ -118,7 +118,7 @@ def _text(value: object, key: str) -> str:
         value = os.fspath(value)
     try:
         return value if isinstance(value, str) else str(value)
-    except Exception as exc:  # noqa: BLE001 - a hostile __str__, an int too long to print: the user's value
+    except Exception as exc:
         raise UserError([Problem(f"{key}=", f"cannot be written as the flag's text ({type(exc).__name__})",
                                  "give a number or a string")]) from None
 

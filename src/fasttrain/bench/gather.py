@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 def setup(profile: str | None, sets: list[str] | None, image_size: int | None) -> tuple[HardwareReport, Profile, str]:
     """(HardwareReport, resolved Profile, profile ref) for this machine."""
-    from fasttrain.profiles import presets
     from fasttrain.hardware.machine import probe
+    from fasttrain.profiles import presets
 
     if image_size is not None and image_size < 8:
         raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])

@@ -118,7 +118,7 @@ def forecast_rate(profile: Profile, model_name: str, *, num_classes: int,
 
         req = eg.Request(model_name, num_classes, dataset_size, "bench loader", None, None, [], None, None)
         fc, _ = eg.forecast_for(profile, req, None)
-    except Exception:  # noqa: BLE001 - a forecast is optional: fall back to measuring here
+    except Exception:
         return None
     rate = fc.speed.get("images_per_s")
     if not rate:

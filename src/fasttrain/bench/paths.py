@@ -80,7 +80,7 @@ def path_runners(*, sample: list[tuple[str, int]] | None, shards: Path | None, a
     from functools import partial
 
     from fasttrain.datasets.fast_decode import FastImageFiles
-    from fasttrain.datasets.shards import load_manifest, ShardImages
+    from fasttrain.datasets.shards import ShardImages, load_manifest
     from fasttrain.datasets.transforms import train_transform
 
     transform = train_transform(augment, image_size)

@@ -28,7 +28,7 @@ class RamSampler:
     def _procs(self) -> list[psutil.Process]:
         try:
             return [self.proc, *self.proc.children(recursive=True)]
-        except Exception:  # noqa: BLE001 - the process table changes while workers start and stop
+        except Exception:
             return [self.proc]
 
     def sample(self) -> int:
@@ -36,7 +36,7 @@ class RamSampler:
         for p in self._procs():
             try:
                 rss += p.memory_info().rss
-            except Exception:  # noqa: BLE001 - a worker may exit between listing and reading
+            except Exception:
                 pass
         self.peak_rss = max(self.peak_rss, rss)
         return rss
@@ -70,5 +70,5 @@ def pss_of(proc: psutil.Process) -> int:
         pass
     try:
         return int(proc.memory_info().rss)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.core.files import write_text_atomic
 from fasttrain import __version__
+from fasttrain.core.files import write_text_atomic
 
 if TYPE_CHECKING:
     from fasttrain.hardware.report import HardwareReport

@@ -84,10 +84,11 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
     import torch
 
     from fasttrain.bench.park import Parking
-    from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
     from fasttrain.models.setup import CompileGuard
     from fasttrain.train.events import Collaborators
-    from fasttrain.train.loop import step, trainer as loop
+    from fasttrain.train.loop import step
+    from fasttrain.train.loop import trainer as loop
+    from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 
     warnings: list[str] = []
     plan = variant.plan
@@ -109,13 +110,13 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
         runner = trainer.engine.runner
         if isinstance(runner, CompileGuard) and not runner.active:
             reason = f"torch.compile failed, train would run eager: {runner.fallback_reason}"
-    except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
+    except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_out_of_memory(exc)
                                       else f"{type(exc).__name__}: {first}")
     if not reason and cand is not None:
         return cand
-    cand = trainer = engine = images = targets = runner = None  # noqa: F841 - drop the model and optimizer state
+    cand = trainer = engine = images = targets = runner = None
     free_device_memory(plan.device, reset_peak_stats=True)  # before the next configuration allocates its own
     return Skipped(variant.name, reason)
 

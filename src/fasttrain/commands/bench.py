@@ -11,14 +11,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from fasttrain.commands import options
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.bench import view as bench_view
+from fasttrain.commands import options
 from fasttrain.core.console import console, print_json
+from fasttrain.core.errors import Problem, UserError
 
 bench_app = typer.Typer(help="Measure on this machine: loader throughput per worker count, what each speed setting "
                              "buys, the largest batch that fits.", no_args_is_help=True)
@@ -80,18 +79,18 @@ def _prefetch_factors(prefetch: str) -> tuple[int, ...]:
 @bench_app.command("speedups")
 def speedups_cmd(
     model: str = options.model_option("resnet18"),
-    profile: Optional[str] = options.profile_option(),
-    sets: Optional[list[str]] = options.set_option(),
-    image_size: Optional[int] = options.image_size_option(),
-    batch_size: Optional[str] = options.batch_size_option(),
+    profile: str | None = options.profile_option(),
+    sets: list[str] | None = options.set_option(),
+    image_size: int | None = options.image_size_option(),
+    batch_size: str | None = options.batch_size_option(),
     num_classes: int = typer.Option(10, "--num-classes", min=2),
     steps: int = typer.Option(3, "--steps", min=1, help="Timed training steps per configuration per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="Interleaved rounds; the speed-up is the median."),
     warmup: int = typer.Option(2, "--warmup", min=1, help="Untimed steps first (compilation, autotuning)."),
-    only: Optional[str] = typer.Option(None, "--only", help="Comma list of settings to measure (default: all)."),
-    skip: Optional[str] = typer.Option(None, "--skip", help="Comma list of settings to leave out, e.g. compile."),
+    only: str | None = typer.Option(None, "--only", help="Comma list of settings to measure (default: all)."),
+    skip: str | None = typer.Option(None, "--skip", help="Comma list of settings to leave out, e.g. compile."),
     as_json: bool = options.json_option(),
-    out: Optional[Path] = OutOpt,
+    out: Path | None = OutOpt,
 ) -> None:
     """Training images/s with each speed setting switched on alone from an fp32 baseline, then all together,
     beside the speed-ups the field notes claim. Synthetic inputs on the device: the model alone."""
@@ -126,24 +125,24 @@ def speedups_cmd(
 @bench_app.command("batch")
 def batch_cmd(
     model: str = options.model_option("resnet18"),
-    profile: Optional[str] = options.profile_option(),
-    sets: Optional[list[str]] = options.set_option(),
-    image_size: Optional[int] = options.image_size_option(),
+    profile: str | None = options.profile_option(),
+    sets: list[str] | None = options.set_option(),
+    image_size: int | None = options.image_size_option(),
     num_classes: int = typer.Option(1000, "--num-classes", min=2),
-    max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
+    max_batch: int | None = typer.Option(None, "--max-batch", min=1,
                                             help="Stop growing here (default 4096 on a GPU, 256 on the CPU)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Search again even when a cached result exists."),
     as_json: bool = options.json_option(),
-    out: Optional[Path] = OutOpt,
+    out: Path | None = OutOpt,
 ) -> None:
     """The largest per-device batch that runs a full training step (forward, backward, optimizer step) in the
     profile's precision and memory format, with a safety margin; then the accumulation that keeps the profile's
     effective batch."""
-    from fasttrain.train.setup import batch_search as bs
-    from fasttrain.models.registry import create_model
-    from fasttrain.plan import make_plan
     from fasttrain.bench import gather
     from fasttrain.bench.results import save_result
+    from fasttrain.models.registry import create_model
+    from fasttrain.plan import make_plan
+    from fasttrain.train.setup import batch_search as bs
 
     report, prof, ref = gather.setup(profile, sets, image_size)
     create_model(model, num_classes)
@@ -169,11 +168,11 @@ def batch_cmd(
 @bench_app.command("loader")
 def loader_cmd(
     data: str = typer.Option("shapes", "--data", help="shapes (built-in), an ImageFolder directory or a labels table (train.csv)."),
-    profile: Optional[str] = options.profile_option(),
-    sets: Optional[list[str]] = options.set_option(),
-    image_size: Optional[int] = options.image_size_option(),
-    batch_size: Optional[str] = options.batch_size_option(),
-    max_workers: Optional[int] = typer.Option(None, "--max-workers", min=0,
+    profile: str | None = options.profile_option(),
+    sets: list[str] | None = options.set_option(),
+    image_size: int | None = options.image_size_option(),
+    batch_size: str | None = options.batch_size_option(),
+    max_workers: int | None = typer.Option(None, "--max-workers", min=0,
                                               help="Largest worker count to try (default: the cores and one step "
                                                    "past them)."),
     prefetch: str = typer.Option("2,4", "--prefetch", help="Comma list of prefetch_factor values."),
@@ -187,14 +186,14 @@ def loader_cmd(
                                                                  "path, prepared shards, GPU decode."),
     compare_images: int = typer.Option(256, "--compare-images", min=8, max=100_000,
                                        help="Files sampled for the path comparison."),
-    shards: Optional[Path] = typer.Option(None, "--shards", metavar="DST",
+    shards: Path | None = typer.Option(None, "--shards", metavar="DST",
                                           help="A prepared set to compare (default: the sample is prepared into a "
                                                "temporary folder)."),
-    write_profile: Optional[Path] = typer.Option(None, "--write-profile",
+    write_profile: Path | None = typer.Option(None, "--write-profile",
                                                  help="Write a profile YAML (extends the one measured) with the "
                                                       "recommended loader settings."),
     as_json: bool = options.json_option(),
-    out: Optional[Path] = OutOpt,
+    out: Path | None = OutOpt,
 ) -> None:
     """Images/s the input pipeline delivers and the host RAM it holds, per num_workers x prefetch_factor, with
     the profile's batch and augmentation; the knee, the recommended setting within the RAM budget, and whether it

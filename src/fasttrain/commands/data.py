@@ -10,7 +10,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -42,9 +42,9 @@ def prepare_cmd(
     scale: float = typer.Option(1.15, "--scale", min=1.0, max=4.0,
                                 help="Short side kept = scale x image size (headroom for crops)."),
     shard_size: int = typer.Option(1000, "--shard-size", min=1, max=1_000_000, help="Images per tar shard."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, max=1024,
+    workers: int | None = typer.Option(None, "--workers", min=1, max=1024,
                                           help="Processes (default: one per core)."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+    sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE",
                                              help="A labels table's data.image_column, data.label_column or "
                                                   "data.images_dir, as train takes them (repeatable)."),
     as_json: bool = options.json_option(),
@@ -166,8 +166,15 @@ class _progress:
     def _rich(self, done: int, total: int) -> None:
         if self.bar is None:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(TextColumn("preparing"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                                 TextColumn("{task.fields[rate]} images/s"), TimeElapsedColumn(), TextColumn("ETA"),

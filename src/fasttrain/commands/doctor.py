@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -69,22 +69,22 @@ def _profile(ref: str | None, report: HardwareReport) -> tuple[Profile, str]:
 
 def doctor_cmd(
     ctx: typer.Context,
-    profile: Optional[str] = options.profile_option(help="Check this profile against the machine (default: the "
+    profile: str | None = options.profile_option(help="Check this profile against the machine (default: the "
                                                          "best-matching preset)."),
-    data: Optional[Path] = typer.Option(None, "--data", "-d", metavar="DIR",
+    data: Path | None = typer.Option(None, "--data", "-d", metavar="DIR",
                                         help="Also measure read speed of this data set (at most 200 files or 2 s)."),
-    target: Optional[float] = typer.Option(None, "--target-images-per-s", min=0.001, metavar="N",
+    target: float | None = typer.Option(None, "--target-images-per-s", min=0.001, metavar="N",
                                            help="Images/s the data disk must feed (default: the GPU's published "
                                                 "ResNet-50 rate where known)."),
     as_json: bool = options.json_option(help="Machine-readable: {report, findings, recommendation}."),
-    write_profile: Optional[Path] = typer.Option(None, "--write-profile", metavar="FILE",
+    write_profile: Path | None = typer.Option(None, "--write-profile", metavar="FILE",
                                                  help="Write a profile tuned to this machine (extends the matched "
                                                       "preset)."),
     force: bool = typer.Option(False, "--force", help="Let --write-profile replace an existing file."),
     show_all: bool = typer.Option(False, "--all", help="Show everything: the hardware, the software, every finding "
                                                        "and each recommended setting with its reason (default: the "
                                                        "verdict and what is not ok)."),
-    report_from: Optional[Path] = typer.Option(None, "--report-from", metavar="FILE.json",
+    report_from: Path | None = typer.Option(None, "--report-from", metavar="FILE.json",
                                                help="Judge a recorded report instead of this machine."),
 ) -> object:  # for the Python API: the DoctorResult; None on the command line
     """Inspect this machine (GPU, PyTorch build, CPU, RAM, /dev/shm, disk), say what is wrong, recommend settings."""

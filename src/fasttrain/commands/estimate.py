@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -25,29 +25,29 @@ def register(app: typer.Typer) -> None:
 
 def estimate_cmd(
     ctx: typer.Context,
-    what: Optional[str] = typer.Argument(None, metavar="[presets|gpus]",
+    what: str | None = typer.Argument(None, metavar="[presets|gpus]",
                                          help="With --compare: compare presets (default) or GPUs of the spec file."),
-    profile: Optional[str] = options.profile_option(),
+    profile: str | None = options.profile_option(),
     model: str = options.model_option(...),
-    image_size: Optional[int] = options.image_size_option(),
-    dataset_size: Optional[int] = typer.Option(None, "--dataset-size",
+    image_size: int | None = options.image_size_option(),
+    dataset_size: int | None = typer.Option(None, "--dataset-size",
                                                help="Training samples (default: ImageNet-1k, 1,281,167)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Image folder, labels table (train.csv) or prepared set "
+    data: Path | None = typer.Option(None, "--data", help="Image folder, labels table (train.csv) or prepared set "
                                                              "(fasttrain data prepare): counts the images and "
                                                              "measures decode speed."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
+    epochs: int | None = typer.Option(None, "--epochs", help="Epochs (default: profile)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Forecast the plan on this GPU from the spec file."),
     num_classes: int = typer.Option(1000, "--num-classes", help="Classifier outputs."),
-    sets: Optional[list[str]] = options.set_option(),
+    sets: list[str] | None = options.set_option(),
     measure: bool = typer.Option(False, "--measure", help="Also run a few real training steps here and compare."),
     measure_steps: int = typer.Option(5, "--measure-steps", min=1, help="Timed steps for --measure."),
-    batch_size: Optional[str] = options.batch_size_option(
+    batch_size: str | None = options.batch_size_option(
         help="Per-device batch: a number, or auto (with --measure: the largest batch that runs here, accumulation "
              "keeping the profile's effective batch)."),
     compare: bool = typer.Option(False, "--compare", help="One row per preset (or per GPU: --compare gpus)."),
-    nproc_per_node: Optional[int] = options.nproc_per_node_option(),
-    nnodes: Optional[int] = options.nnodes_option(),
-    time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION",
+    nproc_per_node: int | None = options.nproc_per_node_option(),
+    nnodes: int | None = options.nnodes_option(),
+    time_budget: str | None = typer.Option(None, "--time-budget", metavar="DURATION",
                                               help="What a budget (90s, 15m, 2h, 1h30m) buys: epochs and images."),
     as_json: bool = options.json_option(),
 ) -> object:  # for the Python API: the Estimate; None on the command line
@@ -100,8 +100,8 @@ def estimate_cmd(
         from fasttrain.core.console import print_json
         print_json(est.to_dict())
         return
-    from fasttrain.estimate.view import render_estimate
     from fasttrain.core.console import console
+    from fasttrain.estimate.view import render_estimate
     render_estimate(est, model, console())
 
 
@@ -144,8 +144,8 @@ def _default_profile(local: Any) -> str:
 def _measure(prof: Any, req: Any, local: Any, steps: int) -> dict[str, Any]:
     """Forecast the plan on THIS machine and run it for a few steps with the train step code."""
     from fasttrain.estimate import gather as g
-    from fasttrain.train.loop import synthetic as trainer
     from fasttrain.models import registry as models
+    from fasttrain.train.loop import synthetic as trainer
     fc, target = g.forecast_for(prof, req, local, force_local=True)
     net = models.create_model(req.model, num_classes=req.num_classes)
     got = trainer.run_synthetic_steps(target.plan, net, image_size=target.plan.image_size,

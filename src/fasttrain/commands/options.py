@@ -8,7 +8,6 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import EllipsisType

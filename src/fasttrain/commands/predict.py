@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,8 +23,8 @@ def register(app: typer.Typer) -> None:
 def predict_cmd(
     run: Path = typer.Argument(..., metavar="RUN", help="A run folder (runs/NAME) that has model.json."),
     data: Path = typer.Option(..., "--data", "-d", metavar="DIR", help="A folder of images (any layout) or one image."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="CSV", help="Write the CSV here, not to stdout."),
-    sample_submission: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="CSV", help="Write the CSV here, not to stdout."),
+    sample_submission: Path | None = typer.Option(
         None, "--sample-submission", metavar="CSV", help="A competition's sample submission: write its ids, in its "
         "order, under its column names (an id column then a label column, or one column per class)."),
     probabilities: bool = typer.Option(False, "--probabilities", help="One column per class (its probability) "

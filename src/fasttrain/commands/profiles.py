@@ -1,13 +1,13 @@
 """`fasttrain profiles list|show|validate`: gather (profiles/presets.py) -> compute and render (profiles/view.py)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from fasttrain.commands import options
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.console import console, print_json
+from fasttrain.core.errors import Problem, UserError
 from fasttrain.profiles import view as profiles_view
 
 # presets/profile (Pydantic models) are imported inside the commands: `fasttrain --help` need not build them.
@@ -42,11 +42,11 @@ def list_cmd(as_json: bool = options.json_option()) -> None:
 @profiles_app.command("show")
 def show_cmd(
     ref: str = typer.Argument(..., metavar="NAME|FILE", help="A preset name or a profile YAML file."),
-    sets: Optional[list[str]] = options.set_option(),
-    dataset_size: Optional[int] = typer.Option(
+    sets: list[str] | None = options.set_option(),
+    dataset_size: int | None = typer.Option(
         None, "--dataset-size", min=1, help="Also show iterations per epoch for this many training samples."),
-    nproc_per_node: Optional[int] = options.nproc_per_node_option(),
-    nnodes: Optional[int] = options.nnodes_option(),
+    nproc_per_node: int | None = options.nproc_per_node_option(),
+    nnodes: int | None = options.nnodes_option(),
     as_json: bool = options.json_option(),
 ) -> None:
     """The resolved profile: every value, where it came from, and every derived value with its arithmetic."""

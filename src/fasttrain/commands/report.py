@@ -5,7 +5,6 @@ file for --help)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,9 +16,9 @@ def register(app: typer.Typer) -> None:
 def report_cmd(
     runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Run folders (runs/NAME): one rewrites its "
                                       "report.html; several are compared on one page."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="FILE", help="Write the page here (default: "
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="FILE", help="Write the page here (default: "
                                        "RUN/report.html for one run, compare.html here for several)."),
-    png: Optional[Path] = typer.Option(None, "--png", metavar="DIR", help="Also write each plot as a PNG file "
+    png: Path | None = typer.Option(None, "--png", metavar="DIR", help="Also write each plot as a PNG file "
                                        "in DIR (for a README or a pull request)."),
 ) -> None:
     """The plots of a run (accuracy and loss against time and epochs, LR, speed and where each step's time went,

@@ -5,7 +5,7 @@ the UI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -24,23 +24,23 @@ def register(app: typer.Typer) -> None:
 
 def train_cmd(
     ctx: typer.Context,
-    profile: Optional[str] = options.profile_option(),
-    model: Optional[str] = options.model_option(None, help="timm/torchvision name, tiny_cnn, or module:callable "
+    profile: str | None = options.profile_option(),
+    model: str | None = options.model_option(None, help="timm/torchvision name, tiny_cnn, or module:callable "
                                                 "(default: tiny_cnn for shapes/synthetic, resnet18 for a folder)."),
     data: str = typer.Option("shapes", "--data", "-d", metavar="DIR|shapes|synthetic|module:callable",
                              help="ImageFolder tree, the built-in shapes set, random tensors on the device, or "
                                   "your own datasets."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", "-e", help="Overrides optim.epochs."),
-    batch_size: Optional[str] = options.batch_size_option(),
-    sets: Optional[list[str]] = options.set_option(),
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under --runs-dir (default: "
+    epochs: int | None = typer.Option(None, "--epochs", "-e", help="Overrides optim.epochs."),
+    batch_size: str | None = options.batch_size_option(),
+    sets: list[str] | None = options.set_option(),
+    run_name: str | None = typer.Option(None, "--run-name", help="Folder name under --runs-dir (default: "
                                            "date-time-profile)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
     pretrained: bool = typer.Option(False, "--pretrained", help="Start from the model's ImageNet weights through "
                                     "timm: from the Hugging Face cache, downloaded into it when missing and there "
                                     "is network."),
-    weights: Optional[str] = typer.Option(None, "--weights", metavar="FILE",
+    weights: str | None = typer.Option(None, "--weights", metavar="FILE",
                                           help="Start from a local weights file (.pth/.pt state_dict, .safetensors, "
                                                "a timm or torchvision checkpoint, a fasttrain run folder): tensors "
                                                "matched by name and shape, the classifier re-made for the classes."),
@@ -51,54 +51,54 @@ def train_cmd(
                                  "either way."),
     as_json: bool = options.json_option(help="Print the plan (--dry-run) or the final summary as JSON; "
                                         "progress goes to stderr."),
-    image_size: Optional[int] = options.image_size_option(),
-    num_classes: Optional[int] = typer.Option(None, "--num-classes", help="Classes for synthetic data or a "
+    image_size: int | None = options.image_size_option(),
+    num_classes: int | None = typer.Option(None, "--num-classes", help="Classes for synthetic data or a "
                                               "custom dataset that cannot tell."),
-    save_every: Optional[int] = typer.Option(None, "--save-every", metavar="N",
+    save_every: int | None = typer.Option(None, "--save-every", metavar="N",
                                              help="Also keep a checkpoint every N epochs (last.pt and the model "
                                                   "files are always written)."),
     no_last: bool = typer.Option(False, "--no-last", help="Write no last.pt (checkpoint.save_last: false): a short "
                                  "run keeps only its model files, and cannot be resumed."),
     strict_data: bool = typer.Option(False, "--strict-data", help="Stop at the first unreadable image instead "
                                      "of skipping and counting it."),
-    resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN_DIR|FILE|auto",
+    resume: str | None = typer.Option(None, "--resume", metavar="RUN_DIR|FILE|auto",
                                          help="Continue a run from its newest checkpoint (auto: the newest valid one "
                                               "of --run-name, or of the latest run); its flags are reused unless "
                                               "given again."),
     on_nan: str = typer.Option("stop", "--on-nan", metavar="stop|skip",
                                help="Non-finite loss/gradients: steps are always skipped; stop after 3 in a row "
                                     "(default) or keep skipping."),
-    save_every_minutes: Optional[float] = options.save_every_minutes_option(),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", metavar="N", rich_help_panel="Several GPUs",
+    save_every_minutes: float | None = options.save_every_minutes_option(),
+    nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", metavar="N", rich_help_panel="Several GPUs",
                                                  help="Data-parallel: start N processes on this machine (one per GPU; "
                                                       "gloo processes on a CPU) through torch.distributed.run."),
     nnodes: int = typer.Option(1, "--nnodes", metavar="M", rich_help_panel="Several GPUs",
                                help="Machines in the job; run the same command on each."),
     node_rank: int = typer.Option(0, "--node-rank", metavar="R", rich_help_panel="Several GPUs",
                                   help="This machine's index, 0..M-1 (node 0 writes the checkpoints)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT",
+    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT",
                                                 rich_help_panel="Several GPUs",
                                                 help="Where node 0 waits for the others (needed with --nnodes > 1)."),
     no_tune: bool = typer.Option(False, "--no-tune", help="Skip the short timed trial of the candidate speed "
                                  "settings before the first epoch, the A/B of the first steps (threads, CPU "
                                  "precision) and any cached result of them."),
-    time_budget: Optional[str] = typer.Option(None, "--time-budget", metavar="DURATION", rich_help_panel="Time budget",
+    time_budget: str | None = typer.Option(None, "--time-budget", metavar="DURATION", rich_help_panel="Time budget",
                                               help="The whole run's time (90s, 15m, 2h, 1h30m): the schedule ends at "
                                                    "it, with the last validation and checkpoint inside it."),
-    deadline: Optional[str] = typer.Option(None, "--deadline", metavar="HH:MM", rich_help_panel="Time budget",
+    deadline: str | None = typer.Option(None, "--deadline", metavar="HH:MM", rich_help_panel="Time budget",
                                            help="Be done by this time of day (local clock)."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", rich_help_panel="Time budget",
+    max_cost: float | None = typer.Option(None, "--max-cost", metavar="USD", rich_help_panel="Time budget",
                                              help="Spend at most this, at the profile's hourly price."),
     rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
                                      rich_help_panel="Several GPUs",
                                      help="How long the machines get to find each other."),
 ) -> object:  # for the Python API: the Prepared run (dry run) or the summary; None on the command line
     """Train a model with the profile's speed settings, showing where each step's time goes."""
-    from fasttrain.train.setup import prepare as train_prep
+    from fasttrain.core.console import console, print_json
     from fasttrain.train.run import execute as train_run
+    from fasttrain.train.setup import prepare as train_prep
     from fasttrain.train.setup.budget_args import parse_duration
     from fasttrain.train.types import LaunchSpec, TrainArgs, parse_batch_size
-    from fasttrain.core.console import console, print_json
 
     given = _given(ctx)
     multi = {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout"} & given
@@ -158,7 +158,7 @@ def train_cmd(
         raise typer.Exit(summary["exit_code"])
 
 
-def _launch(prep: "Prepared", started_at: Optional[float]) -> int:
+def _launch(prep: Prepared, started_at: float | None) -> int:
     """Start the workers with this command line minus the launch flags; -> the job's exit code. The workers'
     clock (a time budget, the time to accuracy) starts at `started_at` (the API call) or this process's start."""
     from fasttrain.train.parallel import launch
@@ -172,7 +172,7 @@ def _launch(prep: "Prepared", started_at: Optional[float]) -> int:
                          started_at=started_at if started_at is not None else process_started_at())
 
 
-def _dashboard(display: "RunDisplay") -> "Dashboard":
+def _dashboard(display: RunDisplay) -> Dashboard:
     """The run's display: live on a terminal, plain lines under --json, off one or in a notebook's cell (its
     pseudo-terminal shows no redraw), only errors with --quiet."""
     from fasttrain.core.console import in_notebook_cell

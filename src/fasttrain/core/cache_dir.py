@@ -12,7 +12,6 @@ from pathlib import Path
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.paths import expand_user
 
-
 CACHE_FIX = "set FASTTRAIN_CACHE to a writable directory, e.g. FASTTRAIN_CACHE=/tmp/fasttrain-cache"
 
 

@@ -31,7 +31,7 @@ def is_given(name: object) -> bool:
 
 def _label(obj: object) -> str:
     """The class's (or the builder function's) own name, as the notebook wrote it: `Net`, `build_net`."""
-    named = obj if isinstance(obj, type) or not hasattr(obj, "state_dict") and callable(obj) else type(obj)
+    named = obj if isinstance(obj, type) or (not hasattr(obj, "state_dict") and callable(obj)) else type(obj)
     text = getattr(named, "__name__", None)
     text = text if isinstance(text, str) and text else type(obj).__name__
     return "".join(c if c.isalnum() or c in "._<>" else "_" for c in text)[:MAX_LABEL_CHARS]
@@ -105,7 +105,7 @@ def table_name(frame: object) -> str:
     length, so two different tables of one call do not share a name)."""
     try:
         text = f"{list(map(str, frame.columns))}|{len(frame)}"  # type: ignore[attr-defined, arg-type]
-    except Exception:  # noqa: BLE001 - a duck-typed object of the user's: its name needs no more than its type
+    except Exception:
         text = type(frame).__qualname__
     return f"{PREFIX}{_label(type(frame))}#{hashlib.sha1(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-
 # Letters typed for the digits they look like: `efficientnet_bo` is efficientnet_b0, not b8 (difflib ties them).
 _LOOKALIKE = str.maketrans({"o": "0", "l": "1", "i": "1", "s": "5", "z": "2"})
 

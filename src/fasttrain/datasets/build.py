@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.core.given import datasets as given_datasets, is_given
+from fasttrain.core.given import datasets as given_datasets
+from fasttrain.core.given import is_given
 from fasttrain.core.paths import expand_user
 from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.decoded import DecodeBudget

@@ -71,7 +71,7 @@ def crop_test(thumbs: np.ndarray, labels: np.ndarray, classes: int, asked: float
     held, truth = thumbs[~fit], labels[~fit]
     corners = np.random.default_rng(seed).random((len(held), 2))   # where each crop sits, as a share of the slack
     scored = tuple((a, nearest_mean_accuracy(means, shrunk(_crops(held, a, corners)), truth)) for a in areas)
-    return CropTest(nearest_mean_accuracy(means, small[~fit], truth), scored, chance, int(len(held)))
+    return CropTest(nearest_mean_accuracy(means, small[~fit], truth), scored, chance, len(held))
 
 
 def _crops(thumbs: np.ndarray, area: float, corners: np.ndarray) -> np.ndarray:

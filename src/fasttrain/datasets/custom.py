@@ -35,7 +35,7 @@ def custom_bundle(spec: str, num_classes: int | None) -> DataBundle:
         result = fn()
     except UserError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the user's code: report it as their input problem
+    except Exception as exc:
         raise UserError([Problem("--data", f"{spec}() raised {type(exc).__name__}: {exc}",
                                  "it must take no arguments and return (train, val) or (train, val, num_classes)")]
                         ) from exc
@@ -91,7 +91,7 @@ def check_sample(ds: MapStyle, said: str, name: str = "train", rank: int | None 
     where = f"{said} {name} dataset"
     try:
         item = ds[0]
-    except Exception as exc:  # noqa: BLE001 - the user's dataset: report it as their input problem
+    except Exception as exc:
         text = str(exc).strip().splitlines()
         raise UserError([Problem("--data", f"{where}[0] raised {type(exc).__name__}" + (f": {text[0][:200]}"
                                  if text else ""), fix)]) from exc

@@ -213,7 +213,7 @@ class EncodedImages:
             return transformed(self.transform, self.read(index), sample_seed), target
         except DECODE_ERRORS as exc:
             return BadSample(name, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - PIL's DecompressionBombError and decoder errors of any kind
+        except Exception as exc:
             if type(exc).__name__ == "DecompressionBombError":
                 return BadSample(name, f"{type(exc).__name__}: {exc}")
             raise

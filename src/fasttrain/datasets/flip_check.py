@@ -84,7 +84,7 @@ def mirror_test(thumbs: np.ndarray, labels: np.ndarray, classes: int) -> MirrorT
     means = class_means(thumbs[fit], labels[fit], classes)
     held, truth = thumbs[~fit], labels[~fit]
     return MirrorTest(nearest_mean_accuracy(means, held, truth), nearest_mean_accuracy(means, held[:, :, ::-1], truth),
-                      1.0 / max(1, classes), int(len(held)))
+                      1.0 / max(1, classes), len(held))
 
 
 def normalised(x: np.ndarray) -> np.ndarray:

@@ -106,7 +106,7 @@ def frame_table(frame: object) -> Table:
             records = [list(r) for r in frame.itertuples(index=False, name=None)]  # type: ignore[attr-defined]
         else:
             records = [[r.get(c) for c in frame.columns] for r in frame.to_dict("records")]  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001 - the user's object: report it as their input
+    except Exception as exc:
         raise UserError([Problem("data", f"cannot read the DataFrame's rows ({type(exc).__name__}: {exc})",
                                  "pass a pandas DataFrame of image paths and labels")]) from None
     if not records:

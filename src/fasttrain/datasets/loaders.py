@@ -14,10 +14,10 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.plan import Plan
+from fasttrain.datasets.bundle import BadSample, DataBundle
 from fasttrain.datasets.sampler import EpochSampler, sample_seed
+from fasttrain.plan import Plan
 
 if TYPE_CHECKING:
     from types import TracebackType

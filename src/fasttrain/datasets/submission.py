@@ -74,7 +74,7 @@ def parse_sample(text: str, class_names: Sequence[str], where: str = FLAG) -> Sa
     if twice:
         raise bad(f"{len(twice):,} id(s) appear more than once, e.g. {_examples(twice)}")
     rest, names = columns[1:], set(class_names)
-    if len(rest) == 1 and rest[0] not in names or len(rest) == 1 and len(names) == 1:
+    if (len(rest) == 1 and rest[0] not in names) or (len(rest) == 1 and len(names) == 1):
         return Sample(columns, ids, per_class=False)
     if set(rest) == names:
         return Sample(columns, ids, per_class=True)

@@ -14,11 +14,10 @@ import csv
 import functools
 from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 
 from fasttrain.doctor import gpu as g
 from fasttrain.doctor import host as h
-from pathlib import Path
-
 from fasttrain.doctor.findings import Context, Finding
 from fasttrain.doctor.session import rule_session_limit
 from fasttrain.hardware.report import HardwareReport

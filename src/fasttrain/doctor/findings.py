@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from fasttrain.profiles.schema import Profile
 from fasttrain.hardware.report import GpuInfo, HardwareReport
+from fasttrain.profiles.schema import Profile
 
 Status = Literal["ok", "warn", "fail"]
 

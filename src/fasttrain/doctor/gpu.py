@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.core.format import fmt_bytes
+from fasttrain.doctor.findings import (
+    BUSY_UTILIZATION_PCT,
+    CLOCK_LOW_FRACTION,
+    FREE_MEMORY_FAIL_FRACTION,
+    HARD_SLOWDOWNS,
+    OTHER_PROCESS_MIB,
+    USED_MEMORY_WARN_GIB,
+    Context,
+    Finding,
+    Status,
+    gpu_label,
+    worse,
+)
 from fasttrain.hardware.arch import arch_mismatches
-from fasttrain.doctor.findings import (BUSY_UTILIZATION_PCT, CLOCK_LOW_FRACTION, FREE_MEMORY_FAIL_FRACTION, HARD_SLOWDOWNS,
-                                OTHER_PROCESS_MIB, USED_MEMORY_WARN_GIB, Context, Finding, Status, gpu_label,
-                                worse)
-
 
 # ---- torch and the GPU -------------------------------------------------------------------------------------
 

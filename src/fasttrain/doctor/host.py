@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.doctor.findings import DISK_FREE_WARN_GIB, SHM_WARN_FRACTION, Context, Finding
 
 VRAM_SLACK = 1.1  # presets write marketing GB; a "16 GB" T4 reports 15360 MiB = 15.0 GiB (1.07x less)
 

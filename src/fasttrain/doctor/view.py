@@ -7,19 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.console import Group
+from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fasttrain.doctor.gpu import cudnn_text
-from fasttrain.doctor.findings import Finding
-from fasttrain.doctor.result import DoctorResult
-from fasttrain.profiles.recommend import Recommendation
 from fasttrain.core.console import console
-from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.doctor.findings import Finding
+from fasttrain.doctor.gpu import cudnn_text
+from fasttrain.doctor.result import DoctorResult
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.profiles.recommend import Recommendation
 
 STATUS_STYLE = {"ok": ("ok  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
 

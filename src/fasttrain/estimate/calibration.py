@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fasttrain.hardware.gpus import GpuSpec, standin_name, with_standin_peaks
 from fasttrain.estimate.roofline import Ceilings
+from fasttrain.hardware.gpus import GpuSpec, standin_name, with_standin_peaks
 
 
 @functools.lru_cache(maxsize=1)

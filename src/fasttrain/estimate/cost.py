@@ -60,6 +60,7 @@ class ModelCost:
 def build_model(name: str, num_classes: int, image_size: int | None = None) -> nn.Module:
     """The model on the meta device. torchvision names skip the timm import (saves seconds at the CLI)."""
     import torch
+
     from fasttrain.models import registry as models
     with torch.device("meta"):
         if ":" not in name and name not in models.builtin_models():
@@ -239,8 +240,9 @@ def model_cost(name: str, image_size: int, num_classes: int = 1000, precision: s
 def measured_saved_bytes(name: str, image_size: int, batch: int, num_classes: int = 1000) -> float:
     """Saved-for-backward bytes of a REAL forward on the CPU (the check for the meta count): per sample."""
     import torch
-    from fasttrain.models import registry as models
     from torch.multiprocessing.reductions import StorageWeakRef
+
+    from fasttrain.models import registry as models
     model = models.create_model(name, num_classes=num_classes).train()
     params = {StorageWeakRef(p.untyped_storage()).cdata for p in model.parameters()}
     params |= {StorageWeakRef(b.untyped_storage()).cdata for b in model.buffers()}

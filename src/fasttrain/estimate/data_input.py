@@ -54,7 +54,7 @@ def decoded_here(data: Path, profile: Profile, local: HardwareReport | None, gpu
     """train's words for a folder or labels table it decodes once into RAM on this machine (a CPU target), else
     None."""
     from fasttrain.datasets.data_source import table_of
-    if gpu_flag or profile.hardware.gpu or not data.is_dir() and table_of(data) is None:
+    if gpu_flag or profile.hardware.gpu or (not data.is_dir() and table_of(data) is None):
         return None
     from fasttrain.datasets.decoded import would_decode
     from fasttrain.datasets.shards import is_prepared

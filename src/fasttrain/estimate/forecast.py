@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
+from fasttrain.core.format import fmt_bytes, plural
 from fasttrain.estimate.calibration import DeviceCeilings
 from fasttrain.estimate.cost import ModelCost
-from fasttrain.plan import Plan
-from fasttrain.profiles.schema import Profile
 from fasttrain.estimate.memory import HostBudget, MemoryBudget, budgets
 from fasttrain.estimate.roofline import OpTable, StepTime, step_time, validation_time
-from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.plan import Plan
+from fasttrain.profiles.schema import Profile
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from fasttrain.core import arithmetic as ar
 from fasttrain.estimate import calibration
-from fasttrain.hardware import gpus
 from fasttrain.estimate.forecast import Forecast, HostWarning, LoaderSample, forecast
 from fasttrain.estimate.prices import priced_for
+from fasttrain.hardware import gpus
+from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 from fasttrain.plan import Plan, make_plan
 from fasttrain.profiles.schema import Profile
-from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 
 if TYPE_CHECKING:
     from fasttrain.estimate.cost import ModelCost

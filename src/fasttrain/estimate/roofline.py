@@ -46,7 +46,7 @@ class OpTable:
     depthwise_backward: np.ndarray | None = None  # grouped convolutions' backward calls
 
     @classmethod
-    def from_ops(cls, ops: list) -> "OpTable":
+    def from_ops(cls, ops: list) -> OpTable:
         flops = np.array([o.flops_per_sample for o in ops], dtype=float)
         return cls(flops=flops,
                    bytes_per_sample=np.array([o.bytes_per_sample for o in ops], dtype=float),

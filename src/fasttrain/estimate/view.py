@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.estimate.forecast import Forecast
 from fasttrain.core.format import fmt_bytes, fmt_duration, plural
+from fasttrain.estimate.forecast import Forecast
 
 if TYPE_CHECKING:
     from rich.console import Console

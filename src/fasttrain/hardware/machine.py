@@ -22,8 +22,8 @@ import psutil
 from fasttrain import __version__
 from fasttrain.hardware.disk import free_space, read_throughput
 from fasttrain.hardware.nvml import probe_nvml
-from fasttrain.hardware.torch_build import compile_support, finish_child, merge_child, start_child, static_info
 from fasttrain.hardware.report import CpuInfo, DiskInfo, GpuInfo, HardwareReport, MemoryInfo, TorchInfo
+from fasttrain.hardware.torch_build import compile_support, finish_child, merge_child, start_child, static_info
 
 SHM_PATH = Path("/dev/shm")
 # Environment variables that change how training runs (shown by doctor; some have rules).

@@ -50,7 +50,7 @@ class OnePixelConv2d(nn.Conv2d):
     """nn.Conv2d that computes a one-pixel output as `F.linear` (see the module docstring); the same parameters,
     so a model converted in place (to_one_pixel) loads and saves as before."""
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Conv2d's own argument name
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
         taps = one_pixel_taps(tuple(input.shape[-2:]), self.kernel_size, self.stride, self.padding,
                               self.dilation) if self.padding_mode == "zeros" and self.groups == 1 else None
         if taps is None:

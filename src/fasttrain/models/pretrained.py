@@ -83,7 +83,7 @@ def _pretrained_cfg(name: str) -> Any:
     try:
         from timm.models import get_pretrained_cfg
         return get_pretrained_cfg(name)
-    except Exception:  # noqa: BLE001 - not a timm name, or no pretrained config
+    except Exception:
         return None
 
 
@@ -129,7 +129,7 @@ def timm_pretrained(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     stay_offline()
     try:
         return timm.create_model(name, pretrained=True, num_classes=num_classes, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - timm raises many kinds when weights are absent
+    except Exception as exc:
         if not _not_reachable(exc):
             raise _load_failed(name, exc) from None
     repo = hub_id(name)
@@ -145,7 +145,7 @@ def timm_pretrained(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     try:
         with hub_online():
             return timm.create_model(name, pretrained=True, num_classes=num_classes, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - connection errors come as many types (httpx, OSError, hub errors)
+    except Exception as exc:
         if _not_reachable(exc):
             raise _no_network(name, repo, _why(exc)) from None
         raise _load_failed(name, exc) from None

@@ -6,7 +6,6 @@ Imports torch lazily (call sites are commands).
 from __future__ import annotations
 
 import functools
-
 import importlib
 import inspect
 import os
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import is_given
 from fasttrain.core.suggest import did_you_mean
+
 # Their home is models/pretrained.py; cli.py, api/ and the plan name them here, with the models.
 from fasttrain.models.pretrained import OFFLINE_ENV, pretrained_source, stay_offline  # noqa: F401
 
@@ -69,7 +69,7 @@ def load_callable(spec: str, what: str) -> Callable[..., Any]:
                                  "check the module is on PYTHONPATH or in the current directory")]) from exc
     except UserError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed on import: their input
+    except (Exception, SystemExit) as exc:
         raise UserError([Problem(what, f"importing module {module_name!r} raised {_describe(exc)}",
                                  "fix the module so that importing it has no error (try `python -c "
                                  f"'import {module_name}'`)")]) from exc
@@ -114,7 +114,7 @@ def call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_size
         return fn(**kwargs)
     except UserError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report it as their input problem
+    except (Exception, SystemExit) as exc:
         raise UserError([Problem("--model", f"{spec}() raised {_describe(exc)}",
                                  "it must build and return a torch.nn.Module (num_classes= is passed when it "
                                  "takes it)")]) from exc
@@ -224,7 +224,7 @@ def timm_fixed_size(name: str) -> int | None:
         if not get_pretrained_cfg_value(name, "fixed_input_size"):
             return None
         size = get_pretrained_cfg_value(name, "input_size")
-    except Exception:  # noqa: BLE001 - not a timm name, or a timm without this config: no fixed size known
+    except Exception:
         return None
     return int(size[-1]) if size else None
 
@@ -272,6 +272,6 @@ def _input_error(name: str, image_size: int, num_classes: int, in_chans: int) ->
             out.float().sum().backward()
     except UserError:
         raise
-    except Exception as exc:  # noqa: BLE001 - models fail on odd sizes in many ways (Runtime/Assertion/Value...)
+    except Exception as exc:
         return _one_line(exc)
     return None

@@ -125,7 +125,7 @@ class CompileGuard:
             return self.compiled(*args)
         try:
             return self.compiled(*args)
-        except Exception as exc:  # noqa: BLE001 - any compiler error means: run eager
+        except Exception as exc:
             if self.not_compilers(exc):
                 raise
             self.fall_back(exc)
@@ -166,7 +166,7 @@ def release_failed_compile(exc: BaseException) -> None:
             link.__traceback__ = None
     try:
         torch.compiler.reset()  # the public name of dynamo's reset (torch >= 2.1)
-    except Exception:  # noqa: BLE001 - a torch without it: the rest still frees the frames
+    except Exception:
         pass
     gc.collect()
 

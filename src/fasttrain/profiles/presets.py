@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from fasttrain.core.errors import Problem, Problems, UserError
 from fasttrain.profiles import files, overrides
-from fasttrain.profiles.schema import SECTIONS, Profile, all_dotted_keys
-from fasttrain.profiles.rules import check_cross_fields
 from fasttrain.profiles.problems import problem_from_pydantic
+from fasttrain.profiles.rules import check_cross_fields
+from fasttrain.profiles.schema import SECTIONS, Profile, all_dotted_keys
 
 # Bounds on the work one profile may cause: a profile is a few dozen keys, three levels deep, a few KiB.
 MAX_PROBLEMS = 20                  # problems listed per resolution, then "... and N more"
@@ -91,7 +91,7 @@ def build(layers: list[Layer], what_if: bool = False) -> Resolved:
     """Merge layers (lowest precedence first), validate everything, and report all problems at once.
     what_if (estimate): an over-budget loader RAM is a note to forecast, not an error (rules.check_cross_fields)."""
     merged: dict[str, Any] = {}
-    provenance: dict[str, str] = {k: "default" for k in all_dotted_keys()}
+    provenance: dict[str, str] = dict.fromkeys(all_dotted_keys(), "default")
     for layer in layers:
         merged = _merge(merged, layer.data)
         for dotted in _flatten(layer.data):

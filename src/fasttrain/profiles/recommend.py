@@ -16,11 +16,11 @@ from importlib import resources
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
+from fasttrain.core.format import fmt_bytes
+from fasttrain.hardware.report import GpuInfo, HardwareReport
 from fasttrain.profiles import presets
 from fasttrain.profiles.files import preset_names
 from fasttrain.profiles.schema import HardwareSpec, Profile
-from fasttrain.hardware.report import GpuInfo, HardwareReport
-from fasttrain.core.format import fmt_bytes
 from fasttrain.tuning.advice import advise, describe, workers_advice
 from fasttrain.tuning.store import Measurement
 

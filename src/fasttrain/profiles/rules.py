@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fasttrain.core import arithmetic as ar
 from pydantic import ValidationError
 
+from fasttrain.core import arithmetic as ar
 from fasttrain.core.errors import Problems
-from fasttrain.profiles.schema import SECTIONS, Profile
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.profiles.schema import SECTIONS, Profile
 
 _DEFAULTS = Profile()
 INVALID = object()  # a value the field's own schema refuses: it has its own error, rules skip it

@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
-from fasttrain.profiles import presets
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.profiles.recommend import Recommendation
 from fasttrain.hardware.report import HardwareReport
+from fasttrain.profiles import presets
+from fasttrain.profiles.recommend import Recommendation
 
 
 def _scalar(value: Any) -> str:

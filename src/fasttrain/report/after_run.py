@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-
 # Set (to anything but "" or "0"): no report.html at the end of a run (`fasttrain report RUN` draws it later).
 NO_REPORT_ENV = "FASTTRAIN_NO_REPORT"
 
@@ -27,7 +26,7 @@ def report_after_run(run_dir: Path, stream: TextIO | None = None) -> Path | None
     try:
         from fasttrain.report.gather import gather_run
         path = write_report(gather_run(run_dir))
-    except Exception as exc:  # noqa: BLE001 - the run's result stands whatever the drawing does
+    except Exception as exc:
         print(f"fasttrain: warning: report.html could not be written: {type(exc).__name__}: {str(exc)[:200]}; "
               f"the run is unaffected", file=out, flush=True)
         return None

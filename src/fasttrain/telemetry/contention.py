@@ -31,7 +31,7 @@ def _busy_seconds() -> float | None:
     try:
         import psutil
         t = psutil.cpu_times()
-    except Exception:  # noqa: BLE001 - no psutil or no /proc: no contention reading
+    except Exception:
         return None
     return sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
 
@@ -46,7 +46,7 @@ def _tree_seconds() -> float | None:
     for pid in tree_pids():
         try:
             t = psutil.Process(pid).cpu_times()
-        except Exception:  # noqa: BLE001 - the worker exited meanwhile
+        except Exception:
             continue
         total += t.user + t.system
     return total

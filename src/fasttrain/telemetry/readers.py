@@ -26,7 +26,7 @@ def host_sample() -> dict[str, Any]:
     if rss is None:
         try:
             rss = int(psutil.Process().memory_info().rss)
-        except Exception:  # noqa: BLE001
+        except Exception:
             rss = None
     if rss is not None:
         out["process_rss_bytes"] = rss
@@ -103,7 +103,7 @@ class GpuReader:
         torch = sys.modules.get("torch")
         if torch is None:
             try:
-                import torch  # noqa: F811 - lazily, only when training on CUDA
+                import torch
             except ImportError as exc:
                 torch = None
                 self.reason = f"torch not importable: {exc}"
@@ -121,13 +121,13 @@ class GpuReader:
             return
         try:
             pynvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as exc:
             self.nvml_reason = f"NVML unavailable: {exc.__class__.__name__}: {exc}"
             return
         self._nvml = pynvml
         try:
             self._handle = self._nvml_handle(pynvml)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.nvml_reason = f"NVML has no GPU {self.gpu_index}: {exc}"
             self._handle = None
 
@@ -137,7 +137,7 @@ class GpuReader:
             try:
                 uuid = str(self._torch.cuda.get_device_properties(self.gpu_index).uuid)
                 return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            except Exception:  # noqa: BLE001 - older torch without .uuid: fall back to the index
+            except Exception:
                 pass
         return pynvml.nvmlDeviceGetHandleByIndex(self.gpu_index)
 
@@ -152,25 +152,25 @@ class GpuReader:
                 out["gpu_mem_allocated_bytes"] = int(torch.cuda.memory_allocated(i))
                 out["gpu_mem_reserved_bytes"] = int(torch.cuda.memory_reserved(i))
                 out["gpu_mem_peak_bytes"] = int(torch.cuda.max_memory_allocated(i))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         if self._handle is not None:
             nv = self._nvml
             try:
                 out["gpu_util_pct"] = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
-            except Exception:  # noqa: BLE001 - some GPUs (vGPU, MIG) do not report it
+            except Exception:
                 pass
             try:
                 out["gpu_power_w"] = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # mW -> W
-            except Exception:  # noqa: BLE001 - not supported on some boards
+            except Exception:
                 pass
             try:
                 out["gpu_power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             try:
                 out["gpu_mem_total_bytes"] = int(nv.nvmlDeviceGetMemoryInfo(self._handle).total)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             out.update(other_processes(nv, self._handle))
         return out
@@ -179,7 +179,7 @@ class GpuReader:
         if self._nvml is not None:
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             self._nvml = None
             self._handle = None
@@ -195,7 +195,7 @@ def other_processes(nv: Any, handle: Any) -> dict[str, Any]:
     for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
         try:
             pids |= {int(p.pid) for p in getattr(nv, query)(handle)}
-        except Exception:  # noqa: BLE001 - not supported in a container without the host's PID namespace
+        except Exception:
             continue
     if not pids & ours:  # NVML lists host PIDs: in a container this run is not among them, so nothing is known
         return {}

@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fasttrain.telemetry.contention import HostReader
 from fasttrain.telemetry.readers import GpuReader
@@ -114,7 +115,7 @@ class Telemetry:
         self._ep_power_sum = 0.0
         self._ep_power_n = 0
 
-    def start(self) -> "Telemetry":
+    def start(self) -> Telemetry:
         """Start the background sampler (idempotent). Takes one sample right away."""
         if self._thread is not None:
             return self
@@ -138,7 +139,7 @@ class Telemetry:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self) -> "Telemetry":
+    def __enter__(self) -> Telemetry:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -153,7 +154,7 @@ class Telemetry:
             sample = dict(self._host())
             sample.update(self._gpu.read())
             error = None
-        except Exception as exc:  # noqa: BLE001 - a sampler failure must never stop training
+        except Exception as exc:
             sample, error = {}, f"{exc.__class__.__name__}: {exc}"
         with self._lock:
             self._samples.update(sample)

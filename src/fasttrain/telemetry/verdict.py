@@ -9,18 +9,17 @@ always capped by the plan's RAM budget (arithmetic.workers_within_budget) and by
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fasttrain.core import arithmetic as ar
-from fasttrain.plan import Plan
-from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.format import fmt_bytes, plural
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import Plan
 from fasttrain.telemetry.contention import busy_text
 from fasttrain.tuning.advice import advise
-from fasttrain.tuning.store import SettingValue
-from fasttrain.tuning.store import Measurement
+from fasttrain.tuning.store import Measurement, SettingValue
 
 # The first steps include DataLoader worker start-up, cudnn.benchmark autotuning and torch.compile:
 # judging them would call every run input- or compute-bound for the wrong reason.

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fasttrain.core.cache_dir import writable_cache_dir, default_cache_dir
+from fasttrain.core.cache_dir import default_cache_dir, writable_cache_dir
 from fasttrain.core.files import write_text_atomic
 from fasttrain.hardware.report import HardwareReport
 

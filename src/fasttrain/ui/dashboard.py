@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
-from fasttrain.telemetry import verdict as vd
-from fasttrain.plan import Plan
-from fasttrain.hardware.report import HardwareReport
 from fasttrain.core.console import is_tty
+from fasttrain.hardware.report import HardwareReport
+from fasttrain.plan import Plan
+from fasttrain.telemetry import verdict as vd
 from fasttrain.train.events import RunEnd, StepEvent
 from fasttrain.ui.dashboard_format import epoch_line, plain_line
 
@@ -87,7 +88,7 @@ class Dashboard:
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def __enter__(self) -> "Dashboard":
+    def __enter__(self) -> Dashboard:
         self._opened = self._clock()
         if self.mode == "live":
             from rich.live import Live
@@ -263,7 +264,7 @@ class Dashboard:
     def _render_safe(self) -> Any:
         try:
             return self.render()
-        except Exception as exc:  # noqa: BLE001 - a drawing bug must never stop training
+        except Exception as exc:
             from rich.text import Text
 
             return Text(f"dashboard error: {exc.__class__.__name__}: {exc}")

@@ -20,11 +20,17 @@ from rich.text import Text
 
 from fasttrain.core.arithmetic import GIB, MIB
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number, plural
-from fasttrain.telemetry import verdict as vd
-from fasttrain.ui.dashboard_format import (epoch_progress_of, eta_s, fmt_value, measured_vs_forecast, progress_of,
-                                           rate_unit)
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
+from fasttrain.telemetry import verdict as vd
+from fasttrain.ui.dashboard_format import (
+    epoch_progress_of,
+    eta_s,
+    fmt_value,
+    measured_vs_forecast,
+    progress_of,
+    rate_unit,
+)
 
 VERDICT_STYLE = {"busy-machine": "bold red", "input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
                  "compute-bound": "bold green", "warming-up": "dim"}

@@ -161,12 +161,12 @@ class NotebookDisplay:
                 parts.append(summary_table(self.end.summary))
             self.console.print(Group(*parts))
             bundle = text_and_html(self.console)
-        except Exception as exc:  # noqa: BLE001 - a drawing bug must never stop training
+        except Exception as exc:
             bundle = {"text/plain": f"fasttrain: display error: {type(exc).__name__}: {exc}"}
         self.draws += 1
         try:
             self.show(bundle)
-        except Exception:  # noqa: BLE001 - the notebook's display failed: train on without it
+        except Exception:
             pass
 
 

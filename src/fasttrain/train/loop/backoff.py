@@ -64,7 +64,7 @@ class OomBackoff:
         try:
             run()
             return
-        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+        except Exception as exc:
             if not self.enabled or not is_out_of_memory(exc):
                 raise
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
@@ -91,7 +91,7 @@ class OomBackoff:
         aside = set_grads_aside(optimizer, left)
         try:  # run even with no group left: the precision's step ends (GradScaler.update, the guard's record)
             run()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             raise JobFailed(f"out of memory in the optimizer step at {where}, again after freeing cached memory: "

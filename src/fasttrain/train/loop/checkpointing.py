@@ -172,7 +172,7 @@ class Checkpointer:
         assert self.policy is not None
         try:
             payload = torch.load(self.policy.directory / "last.pt", map_location="cpu", weights_only=False, mmap=True)
-        except Exception:  # noqa: BLE001 - none, or damaged: nothing refers
+        except Exception:
             return False
         return isinstance(payload, dict) and any(saved.is_reference(v) for v in payload.values())
 

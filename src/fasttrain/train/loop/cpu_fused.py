@@ -17,7 +17,8 @@ its gradient's or its state's (a state loaded from elsewhere) is handed over as 
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

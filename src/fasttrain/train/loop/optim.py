@@ -90,7 +90,7 @@ class LRSchedule:
 
     @classmethod
     def from_spec(cls, optimizer: torch.optim.Optimizer, spec: OptimSpec, *, peak_lr: float,
-                  steps_per_epoch: int) -> "LRSchedule":
+                  steps_per_epoch: int) -> LRSchedule:
         steps_per_epoch = max(1, steps_per_epoch)
         return cls(optimizer, peak_lr, total_steps=steps_per_epoch * spec.epochs,
                    warmup_steps=round(spec.warmup_epochs * steps_per_epoch), schedule=spec.schedule,

@@ -32,8 +32,8 @@ from fasttrain.train.loop.backoff import OomBackoff, give_back_grads, take_grads
 from fasttrain.train.loop.batches import Batch, unpack_batch, window_length
 from fasttrain.train.loop.ema import WeightAverage
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
-from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
+from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
 from fasttrain.train.loop.transfer import DeviceCopy
 from fasttrain.train.loop.weak_sink import weak_sink
@@ -167,7 +167,7 @@ class StepEngine:
             stash = None if first_in_window else take_grads(self.params)
             try:
                 loss = self.forward_backward(images, targets, window, sync)
-            except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+            except Exception as exc:
                 if not self.backoff.enabled or not is_out_of_memory(exc):
                     raise
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

@@ -149,7 +149,7 @@ def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | N
     except SignalException as exc:
         # The workers got the same signal from the agent and stopped at an agreed step (rank 0 said where).
         return _signal_exit_code(exc)
-    except Exception as exc:  # noqa: BLE001 - rendezvous failures come as several exception types
+    except Exception as exc:
         signalled = _signal_in_chain(exc, SignalException)
         if signalled is not None:
             # torch's metrics wrapper (elastic/metrics/api.py, `prof`) has a `finally` that reads a local set

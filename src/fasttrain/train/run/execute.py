@@ -23,8 +23,14 @@ from fasttrain.train.events import DisplayFactory, Listeners, RunDisplay, RunEnd
 from fasttrain.train.run import opening
 from fasttrain.train.run.export import checkpoint_policy, write_model_files
 from fasttrain.train.run.run_clock import RunClock, resumed_clock
-from fasttrain.train.run.summary import (budget_report, fault_report, final_verdict, interrupted_report, resume_command,
-                                         run_summary)
+from fasttrain.train.run.summary import (
+    budget_report,
+    fault_report,
+    final_verdict,
+    interrupted_report,
+    resume_command,
+    run_summary,
+)
 from fasttrain.train.setup.plan_view import classes_text, must_know, opening_notes, plan_notes, weights_words
 from fasttrain.train.state.run_state import RunExtras
 from fasttrain.train.trial.tune import forecast_for_run

@@ -81,6 +81,6 @@ def _settle_best_pt(prep: Prepared, best: Path, summary: dict[str, Any]) -> None
         elif (meta := json.loads((best.parent / META_FILE).read_text())).get("from") == BEST_FILE:
             write_text_atomic(best.parent / META_FILE, json.dumps({**meta, "from": "best epoch"}, indent=1) + "\n")
         best.unlink()
-    except Exception as exc:  # noqa: BLE001 - see write_model_files
+    except Exception as exc:
         summary.setdefault("notes", []).append(f"the model files were not written ({type(exc).__name__}: {exc}); "
                                                f"the weights are in {best}")

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fasttrain.core.files import write_text_atomic
 from fasttrain.core.diskspace import disk_write_error
+from fasttrain.core.files import write_text_atomic
 
 
 def _kept(row: Any, epoch: int, batch: int) -> bool:

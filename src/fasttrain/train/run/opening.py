@@ -14,9 +14,9 @@ from fasttrain.train.types import Prepared, TrainArgs, WorkerWorld
 
 if TYPE_CHECKING:
     from fasttrain.datasets.build import SyntheticBatches
-    from fasttrain.train.loop.budget import TimeBudget
     from fasttrain.datasets.loaders import DecodedLoader, Loader
     from fasttrain.datasets.sampler import EpochSampler
+    from fasttrain.train.loop.budget import TimeBudget
     from fasttrain.train.parallel.ddp import DistContext
     from fasttrain.train.run.runlog import RunLog
     from fasttrain.tuning.store import Measurement
@@ -169,7 +169,7 @@ def measured_here(prep: Prepared) -> tuple[Measurement, ...]:
     from fasttrain.tuning.store import load_cache, machine_id, machine_measurements
     try:
         entries = load_cache()
-    except Exception:  # noqa: BLE001 - no cache directory: nothing measured
+    except Exception:
         return ()
     return tuple(machine_measurements(entries, machine_id(prep.report), prep.report.torch.version, prep.model_name))
 

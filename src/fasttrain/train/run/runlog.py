@@ -28,11 +28,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fasttrain.core.files import write_text_atomic
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.diskspace import disk_full, disk_write_error
-from fasttrain.train.run.logfix import quiet_writer_threads, truncate_metrics
+from fasttrain.core.errors import Problem, UserError
+from fasttrain.core.files import write_text_atomic
 from fasttrain.train.run.lock import RunLock
+from fasttrain.train.run.logfix import quiet_writer_threads, truncate_metrics
 from fasttrain.train.state.run_state import Position
 
 METRICS_FILE = "metrics.jsonl"
@@ -145,7 +145,7 @@ class RunLog:
         """Run `write()`; a write the file system refused (disk_write_error) becomes a warning and None."""
         try:
             return write()
-        except Exception as exc:  # noqa: BLE001 - only file-system errors are survivable; the rest re-raised
+        except Exception as exc:
             if not disk_write_error(exc):
                 raise
             self._disk_warning(name, exc)
@@ -218,7 +218,7 @@ class RunLog:
             self._tb_hook = quiet_writer_threads()
             writer = SummaryWriter(log_dir=str(self.run_dir / TB_DIR), flush_secs=self._tb_flush_secs,
                                    purge_step=self._purge_step)
-        except Exception as exc:  # noqa: BLE001 - no tensorboard: metrics.jsonl still has everything
+        except Exception as exc:
             self._tb_failed(exc)
         while True:
             item = self._tb_queue.get()
@@ -231,13 +231,13 @@ class RunLog:
             try:
                 for key, value in scalars.items():
                     writer.add_scalar(f"{prefix}/{key}", value, step)
-            except Exception as exc:  # noqa: BLE001 - the event file could not be written: metrics.jsonl goes on
+            except Exception as exc:
                 self._tb_failed(exc)
                 writer = None
         if writer is not None:
             try:
                 writer.close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._tb_failed(exc)
 
     def _tb_failed(self, exc: BaseException) -> None:
@@ -261,7 +261,7 @@ class RunLog:
             self._tb_hook()
         self._lock.release()
 
-    def __enter__(self) -> "RunLog":
+    def __enter__(self) -> RunLog:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,12 +19,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.core.files import write_text_atomic
-from fasttrain.core.cache_dir import writable_cache_dir
 from fasttrain.core import arithmetic as ar
-from fasttrain.train.setup.batch_math import (DEFAULT_MAX_BATCH, SearchResult, Trial, TrialFn, batch_and_accumulation,
-                                        explain, search_largest_batch)
+from fasttrain.core.cache_dir import writable_cache_dir
+from fasttrain.core.files import write_text_atomic
 from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.setup.batch_math import (
+    DEFAULT_MAX_BATCH,
+    SearchResult,
+    Trial,
+    TrialFn,
+    batch_and_accumulation,
+    explain,
+    search_largest_batch,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -108,13 +115,13 @@ def step_trial(plan: Plan, model_factory: Callable[[], nn.Module], *, image_size
             model = model_factory()
             out = run_synthetic_steps(trial_plan(plan, batch), model, image_size=image_size, num_classes=num_classes,
                                       steps=1, warmup_steps=1, optim=optim, in_chans=in_chans)
-        except Exception as exc:  # noqa: BLE001 - only out-of-memory is a failed trial; the rest propagates
+        except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
             out = None
         finally:
-            model = None  # noqa: F841 - drop our reference before collecting
+            model = None
         if out is None:
             free_device_memory(plan.device, reset_peak_stats=True)
             return Trial(batch, False, reason, time.perf_counter() - started)

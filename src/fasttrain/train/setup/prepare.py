@@ -135,7 +135,7 @@ def _check_data(args: TrainArgs, resolved: Resolved) -> tuple[Resolved, list[str
     from fasttrain.datasets.image_folder import VAL_FRACTION
     notes = data_notes(args.data, resolved.profile.data, seed=args.seed, val_fraction=VAL_FRACTION)
     path = Path(args.data)
-    if ":" in args.data or not path.is_dir() and table_of(path) is None:
+    if ":" in args.data or (not path.is_dir() and table_of(path) is None):
         return resolved, notes
     from fasttrain.datasets.augment_check import check_augment
     resolved, checked = check_augment(path, resolved, args.seed)
@@ -191,7 +191,7 @@ def _plan_run(args: TrainArgs, resolved: Resolved, report: HardwareReport, bundl
         notes.append(searched)
     plan = _make_plan(resolved, report, bundle, notes)
     if plan.iterations_per_epoch == 0 and not resolved.user_set("loader.batch_size"):  # 0. a preset's batch, a
-        from fasttrain.train.setup.batch_math import fitted_to_data          # folder smaller than one batch
+        from fasttrain.train.setup.batch_math import fitted_to_data  # folder smaller than one batch
         fitted = fitted_to_data(plan.batch_size, bundle.train_size, plan.world_size)
         if fitted is not None:
             notes.append(f"batch {plan.batch_size} -> {fitted}: the {bundle.train_size:,} training samples hold no "

@@ -34,7 +34,7 @@ def stopped_before_training(signum: int, frame: FrameType | None) -> None:
     """The before-training handler: what was printed so far, one line, and the exit code of the signal."""
     try:
         sys.stdout.flush()  # may fail when interrupted mid-write
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     name = SIGNAL_NAMES.get(signum, str(signum))
     os.write(2, f"fasttrain: stopped by {name} before training started; nothing to save\n".encode())

@@ -34,7 +34,7 @@ class SignalHook:
     group: bool = False
 
     @classmethod
-    def from_env(cls) -> "SignalHook":
+    def from_env(cls) -> SignalHook:
         """Read once, before training; a bad value is a UserError (exit 2), never a ValueError mid-run."""
         at = _hook_int("FASTTRAIN_TEST_SIGNAL_AT_STEP")
         only_rank = _hook_int("FASTTRAIN_TEST_SIGNAL_RANK")

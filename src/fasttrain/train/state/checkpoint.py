@@ -19,17 +19,17 @@ import math
 import os
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from fasttrain.core.diskspace import disk_full, disk_write_error
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.models import saved
 from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, to_host, verify_checksum, with_checksum
 from fasttrain.train.state.run_state import Position
-from fasttrain.core.diskspace import disk_full, disk_write_error
 
 FORMAT = "fasttrain-checkpoint"
 FORMAT_VERSION = 1
@@ -117,7 +117,7 @@ def load(path: Path, *, hint: bool = True, complete: bool = False) -> dict[str, 
         raise why("no such checkpoint file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
+    except Exception as exc:
         raise why(f"not a readable checkpoint (truncated or corrupt?): {type(exc).__name__}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise why("not a fasttrain checkpoint" + ("" if isinstance(payload, dict) else
@@ -158,10 +158,10 @@ def peek_position(path: Path) -> Position | None:
     None when the file does not open. Ranks files; load() then checks the one chosen."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # noqa: BLE001 - a damaged or foreign file: no position
+    except Exception:
         try:
             payload = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
     return Position.of(payload) if isinstance(payload, dict) and payload.get("format") == FORMAT else None
 
@@ -188,7 +188,7 @@ def weights_only(path: Path) -> bool:
     """A best.pt-style file: the weights for using the model, not a point a run can resume from."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - not a weights-only file (or not readable at all: ranked as damaged)
+    except Exception:
         return False
     return isinstance(payload, dict) and payload.get("kind") == WEIGHTS_KIND
 
@@ -241,7 +241,7 @@ class CheckpointPolicy:
         path = self.directory / name
         try:
             written = write(path)
-        except Exception as exc:  # noqa: BLE001 - only disk errors are survivable; the rest re-raised
+        except Exception as exc:
             if not disk_write_error(exc):
                 raise
             full = disk_full(exc)

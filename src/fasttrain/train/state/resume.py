@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
-from fasttrain.train.state.checkpoint import (NO_CHECKSUM, candidates, load, peek_position, ranked_by_position,
-                                              resume_points, weights_only)
+from fasttrain.train.state.checkpoint import (
+    NO_CHECKSUM,
+    candidates,
+    load,
+    peek_position,
+    ranked_by_position,
+    resume_points,
+    weights_only,
+)
 from fasttrain.train.state.run_state import Position, Resume, RunState
 
 if TYPE_CHECKING:

@@ -101,5 +101,5 @@ def record_first_steps(prep: Prepared, measurement: Measurement, **choice: Any) 
         merged = dict((lookup(key) or {}).get("choice") or {})
         merged.update(choice)
         record(key, measurements=[measurement], choice=merged)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written costs the next run this A/B, nothing more
+    except Exception:
         pass

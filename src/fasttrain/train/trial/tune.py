@@ -204,7 +204,7 @@ def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, 
                 "measurements": [m.to_dict() for m in found]}
     try:
         record(trial_key(prep), measurements=found, choice=choice, trial=findings)
-    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs the next run a trial, nothing more
+    except Exception as exc:
         findings["cache_error"] = str(exc)
     return plan, findings
 
@@ -222,7 +222,7 @@ def forecast_for_run(prep: Prepared) -> dict[str, Any] | None:
         # The device that runs is this machine's: a kaggle-t4 run on a CPU is forecast for the CPU, not the T4.
         fc, target = forecast_for(prep.resolved.profile, req, prep.report, estimate_loader=False, force_local=True,
                                   quick=True)
-    except Exception:  # noqa: BLE001 - see docstring
+    except Exception:
         return None
     if target.plan.device != prep.plan.device:  # a GPU with no published peaks would be priced as this CPU
         return None
