@@ -124,6 +124,9 @@ def test_a_run_starts_from_the_file_and_says_so(cli, pre, tmp_path: Path) -> Non
         assert moved < 0.1 * (fresh[name] - state[name]).abs().mean(), name
     again = check_weights(str(tmp_path / "runs" / "r"), "resnet18", 7, 32)  # a run folder as --weights
     assert again.loaded == 100 and again.path.endswith("model.safetensors")
+    # its last.pt too (docs/competition.md): the RNG states beside the tensors are numpy arrays, which the safe
+    # loader reads (numpy's array reconstruction allowed, nothing else); before: "holds Python objects besides tensors"
+    assert check_weights(str(tmp_path / "runs" / "r" / "last.pt"), "resnet18", 7, 32).loaded == 100
 
 
 def test_a_resume_keeps_the_flag_and_does_not_read_the_file_again(cli, pre, tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def read_state(path: Path, source: str) -> dict[str, torch.Tensor]:
             raise _problem(source, f"not readable safetensors (truncated or corrupt?): {_first_line(exc)}",
                            "give the file whole, as safetensors wrote it") from None
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+        with torch.serialization.safe_globals(_numpy_arrays()):  # a fasttrain last.pt's RNG states
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except Exception as exc:
         text = str(exc)
         if "Weights only load failed" in text or "Unsupported global" in text:
@@ -117,6 +118,19 @@ def read_state(path: Path, source: str) -> dict[str, torch.Tensor]:
         raise _problem(source, "holds no tensors by name (not a state_dict or a checkpoint of one)",
                        "save model.state_dict() with torch.save")
     return state
+
+
+def _numpy_arrays() -> list[Any]:
+    """What torch's safe loader needs besides tensors to read numpy arrays (a fasttrain checkpoint's numpy RNG state,
+    an array of uint32): numpy's array reconstruction, the array and dtype types, as torch's serialization docs
+    allow them. Nothing that runs code of the file's choosing."""
+    import importlib
+
+    import numpy as np
+    # numpy 2 moved it from numpy.core to numpy._core; the module, not an attribute chain mypy would check per version
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
+    reconstruct = multiarray._reconstruct
+    return [reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def _tensors_of(payload: object) -> dict[str, torch.Tensor]:
