@@ -6,7 +6,7 @@ Rows (random-init timm ResNet-50, 224 px, 1000 classes, synthetic tensors made o
   naive      the field notes' naive settings: fp32, batch 16, NCHW, eager, no cudnn.benchmark (torch's defaults
              otherwise: fp32 matmuls, cuDNN TF32 on), for-each SGD
   a10g       the aws-a10g preset's speed settings and batch, read from fasttrain.profiles
-  plan       fasttrain's own plan on this machine: the preset `fasttrain train` picks here (recommend.best_preset)
+  plan       fasttrain's own plan on this machine: the preset `fasttrain train` picks here (preset_match.best_preset)
              resolved by make_plan against this machine's report (precision fallbacks, TF32, fused optimizer)
   expert     a plain expert loop: bf16 autocast (fp16 + GradScaler before Ampere), channels_last, cudnn.benchmark,
              TF32, fused SGD, batch 256, torch.compile
@@ -108,7 +108,7 @@ def setting_from_profile(key: str, label: str, profile: Any, plan: Any = None, s
 def settings_for(report: Any, major: int) -> tuple[list[Setting], str]:
     from fasttrain.plan import make_plan
     from fasttrain.profiles import presets
-    from fasttrain.profiles.recommend import best_preset
+    from fasttrain.profiles.preset_match import best_preset
 
     naive = Setting("naive", "naive (fp32, batch 16, NCHW, eager)", 16, "fp32", False, False, False, False, True,
                     False, source="field notes' naive settings; torch defaults otherwise")

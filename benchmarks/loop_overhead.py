@@ -25,17 +25,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fasttrain.ui.dashboard import Dashboard
-from fasttrain.train.loop.optim import param_groups
+from fasttrain.hardware.machine import probe
+from fasttrain.models.tiny import tiny_cnn
 from fasttrain.plan import make_plan
 from fasttrain.profiles.presets import resolve
-from fasttrain.train.run.runlog import RunLog
 from fasttrain.telemetry.recorder import Telemetry
-from fasttrain.models.tiny import tiny_cnn
-from fasttrain.hardware.machine import probe
-from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.events import Collaborators
+from fasttrain.train.loop.optim import param_groups
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.trainer import Trainer
+from fasttrain.train.run.runlog import RunLog
+from fasttrain.ui.dashboard import Dashboard
 
 
 class NullStream(io.TextIOBase):
@@ -77,7 +77,7 @@ def fixed_cost_per_step(plan, profile, rounds: int, steps: int = 400) -> tuple[f
         with Dashboard(plan, total_batches=steps * rounds, epochs=rounds, mode="plain", stream=NullStream(),
                        telemetry=telemetry) as dash:
             engine = StepEngine.build(plan, profile.optim, copy.deepcopy(tiny), batches_per_epoch=steps)
-            trainer = Trainer(engine, io=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
+            trainer = Trainer(engine, collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
             hand_model = copy.deepcopy(tiny).to(memory_format=torch.channels_last)
             hand_opt = torch.optim.AdamW(param_groups(hand_model, profile.optim.weight_decay), lr=plan.scaled_lr,
                                          foreach=True)
@@ -126,7 +126,7 @@ def main() -> int:
         with Dashboard(plan, total_batches=args.batches * args.rounds, epochs=args.rounds, mode="plain",
                        stream=NullStream(), telemetry=telemetry) as dash:
             engine = StepEngine.build(plan, profile.optim, copy.deepcopy(base), batches_per_epoch=args.batches)
-            trainer = Trainer(engine, io=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
+            trainer = Trainer(engine, collaborators=Collaborators(telemetry=telemetry, dashboard=dash, runlog=runlog))
             # One compute thread on both sides: with other jobs on this 2-core machine, two spinning OpenMP
             # threads make each reading swing by several times, which would drown a 3% effect.
             threads = args.threads

@@ -21,8 +21,9 @@ from rich.console import Console
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
-from fasttrain.train.events import RunDisplay, RunEnd, StepEvent
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
+from fasttrain.train.loop.events import RunDisplay, RunEnd, StepEvent
 from fasttrain.ui.dashboard import REFRESH_PER_SECOND, Dashboard
 from fasttrain.ui.notebook import REFRESH_S, NotebookDisplay
 

@@ -23,12 +23,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fasttrain.profiles import presets
-from fasttrain.ui.dashboard import REFRESH_PER_SECOND, Dashboard
-from fasttrain.plan import make_plan
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
+from fasttrain.plan import make_plan
+from fasttrain.profiles import presets
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
 from fasttrain.train.run.runlog import RunLog
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.ui.dashboard import REFRESH_PER_SECOND, Dashboard
 
 
 def _plan():

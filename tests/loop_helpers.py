@@ -70,7 +70,7 @@ speed:
 """
 
 
-def make_trainer(plan: Any, optim: Any, model: Any, *, batches: int, io: Any = None, stop: Any = None,
+def make_trainer(plan: Any, optim: Any, model: Any, *, batches: int, collaborators: Any = None, stop: Any = None,
                  dist: Any = None, **settings: Any) -> Any:
     """The step engine for `model` and a Trainer around it, as train/run/execute.py builds them. `settings`:
     LoopOptions fields (patience defaults to the profile's) and StepEngine.build keywords."""
@@ -82,7 +82,7 @@ def make_trainer(plan: Any, optim: Any, model: Any, *, batches: int, io: Any = N
     options = {"patience": optim.early_stopping_patience, **{k: v for k, v in settings.items() if k in loop_fields}}
     engine = {k: v for k, v in settings.items() if k not in loop_fields}
     built = StepEngine.build(plan, optim, model, batches_per_epoch=batches, dist=dist, **engine)
-    return Trainer(built, io=io, options=LoopOptions(**options), stop=stop, dist=dist)
+    return Trainer(built, collaborators=collaborators, options=LoopOptions(**options), stop=stop, dist=dist)
 
 
 class Clock:

@@ -1,5 +1,6 @@
 """The Python API (fasttrain/api/): `import fasttrain` stays light, the four calls are the commands (keywords are
-flags), a model object and a (train, val) pair of datasets train through the command's own path, bad input is one
+the commands' parameters, made the request the command makes), a model object and a (train, val) pair of datasets
+train through the command's own job, bad input is one
 UserError with the command line's reason, and a run of Python objects resumes from Python (not from a shell)."""
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from loop_helpers import cpu_report, write_image_folder
 
 API = ("train", "doctor", "estimate", "plan")
+TRAIN_KEYWORDS = ("epochs", "batch_size", "seed", "image_size", "num_classes", "save_every", "on_nan",
+                  "save_every_minutes", "profile", "resume", "set", "pretrained", "strict_data", "no_tune")
 
 
 def test_import_fasttrain_imports_neither_torch_nor_timm() -> None:
@@ -58,41 +61,74 @@ def test_the_callable_members_are_still_the_package_parts() -> None:
 
 @pytest.mark.parametrize("command", ["train", "doctor", "estimate"])
 def test_every_flag_of_a_command_is_a_keyword(command: str) -> None:
-    from fasttrain.api import flags
-    cmd = flags.command(command)
-    table = flags.keywords(cmd)
+    from fasttrain.api import keywords
+    cmd = keywords.command(command)
+    table = keywords.keywords(cmd)
     for param in cmd.params:
         assert table[param.name] is param
         for opt in (o for o in param.opts if o.startswith("--")):
             assert table[opt[2:].replace("-", "_")] is param
 
 
-def test_keywords_become_the_flags_a_shell_would_pass() -> None:
-    from fasttrain.api import flags
-    cmd = flags.command("train")
-    argv = flags.argv_for(cmd, {"batch_size": 64, "set": {"optim.lr": 0.1, "loader.num_workers": 0},
-                                "no_tune": True, "pretrained": False, "seed": None,
-                                "runs_dir": Path("out")}, "fasttrain.train")
-    assert argv == ["--batch-size=64", "--set=optim.lr=0.1", "--set=loader.num_workers=0", "--no-tune",
-                    "--runs-dir=out"]
-    with flags.parsed(cmd, "train", {"sets": ["optim.lr=0.1"], "epochs": "3"}, "fasttrain.train") as ctx:
-        assert ctx.params["sets"] == ["optim.lr=0.1"] and ctx.params["epochs"] == 3
+def test_every_train_option_is_a_keyword_with_its_trainargs_field() -> None:
+    """Each `fasttrain train` option, given from Python, reaches TrainArgs through the command's own train_args:
+    a value other than the default changes the field it maps to, and is counted as given."""
+    import dataclasses
+
+    from fasttrain.api import keywords
+    from fasttrain.train.setup.args import LAUNCH_PARAMS, RENAMED, train_args
+    cmd = keywords.command("train")
+    defaults, _ = keywords.parameters("train", {}, "fasttrain.train", allow=("dry_run",))
+    base = train_args(defaults)
+    fields = {f.name for f in dataclasses.fields(base)}
+    for param in cmd.params:
+        assert param.name in fields or param.name in RENAMED or param.name in LAUNCH_PARAMS, param.name
+    odd = {"profile": "cpu", "model": "resnet18", "data": "synthetic", "epochs": 2, "batch_size": "auto",
+           "sets": ["optim.lr=0.1"], "run_name": "x", "runs_dir": "out", "dry_run": True, "pretrained": True,
+           "weights": "w.pt", "seed": 3, "quiet": True, "verbose": True, "image_size": 32, "num_classes": 4,
+           "save_every": 2, "no_last": True, "strict_data": True, "resume": "auto", "on_nan": "skip",
+           "save_every_minutes": 5, "no_tune": True, "time_budget": "2m", "deadline": "23:59", "max_cost": 1.5}
+    untested = {p.name for p in cmd.params} - set(odd) - set(keywords.NOT_FROM_PYTHON) - set(keywords.LAUNCH_FLAGS)
+    assert not untested, f"a new flag of `fasttrain train`: add it here ({sorted(untested)})"
+    for name, value in odd.items():
+        values, given = keywords.parameters("train", {name: value}, "fasttrain.train", allow=("dry_run",))
+        args = train_args(values, given)
+        field = RENAMED.get(name, name)
+        assert getattr(args, field) != getattr(base, field) and given == {name}, name
 
 
-def test_a_new_flag_is_a_keyword_with_nothing_to_change() -> None:
-    """What `--time-budget` (or any later flag) gets: its keyword, from the command's own definition."""
-    import typer
+def test_a_parameter_with_no_trainargs_field_is_refused_where_flags_become_fields() -> None:
+    from fasttrain.train.setup.args import train_args
+    with pytest.raises(TypeError, match="no TrainArgs field"):
+        train_args({"epochs": 1, "warmup_epochs": 2})
 
-    from fasttrain.api import flags
 
-    app = typer.Typer(add_completion=False)
+def test_keywords_are_checked_by_the_flags_own_parameters() -> None:
+    from fasttrain.api import keywords
+    values, given = keywords.parameters("train", {"batch_size": 64, "set": {"optim.lr": 0.1, "loader.num_workers": 0},
+                                                  "no_tune": True, "pretrained": False, "seed": None,
+                                                  "runs_dir": Path("out"), "epochs": "3"}, "fasttrain.train")
+    assert values["batch_size"] == "64" and values["sets"] == ["optim.lr=0.1", "loader.num_workers=0"]
+    assert values["no_tune"] is True and values["runs_dir"] == Path("out") and values["epochs"] == 3
+    assert values["seed"] == 0 and values["data"] == "shapes"  # the command's defaults
+    assert given == {"batch_size", "sets", "no_tune", "runs_dir", "epochs"}
 
-    @app.command()
-    def train(time_budget: str | None = typer.Option(None, "--time-budget")) -> object:
-        return time_budget
 
-    cmd = typer.main.get_command(app)
-    assert flags.argv_for(cmd, {"time_budget": "2h"}, "fasttrain.train") == ["--time-budget=2h"]
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(TRAIN_KEYWORDS), st.integers(min_value=0, max_value=40), st.sampled_from("aeiosx_"))
+def test_a_misspelt_keyword_is_one_user_error(keyword: str, where: int, letter: str) -> None:
+    """A keyword with a letter changed, dropped or doubled is refused by name, before anything runs."""
+    import fasttrain
+    from fasttrain.api import keywords
+    from fasttrain.core.errors import UserError
+    at = where % len(keyword)
+    wrong = {0: keyword[:at] + letter + keyword[at + 1:], 1: keyword[:at] + keyword[at + 1:],
+             2: keyword[:at] + letter + keyword[at:]}[where % 3]
+    if wrong in keywords.keywords(keywords.command("train")) or not wrong.isidentifier():
+        return  # a real keyword after all (or no Python name)
+    with pytest.raises(UserError) as caught:
+        fasttrain.train("tiny_cnn", "shapes", **{wrong: 1})
+    assert f"no keyword {wrong!r}" in str(caught.value) and "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize("given, words", [
@@ -148,8 +184,6 @@ HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
                     st.lists(st.text(max_size=8), max_size=3), st.dictionaries(st.text(max_size=12),
                                                                               st.text(max_size=6), max_size=2))
-TRAIN_KEYWORDS = ("epochs", "batch_size", "seed", "image_size", "num_classes", "save_every", "on_nan",
-                  "save_every_minutes", "profile", "resume", "set", "pretrained", "strict_data", "no_tune")
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

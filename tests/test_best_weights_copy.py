@@ -13,6 +13,7 @@ import torch
 
 from fasttrain.train.loop import checkpointing as cp
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import checkpoint_policy as policies
 from fasttrain.train.state.integrity import to_host
 
 
@@ -52,7 +53,7 @@ def test_new_best_copies_the_weights_through_to_host_once(tmp_path: Path, monkey
 
     monkeypatch.setattr(cp, "to_host", counted, raising=False)
     blocking = _blocking_host_copies(monkeypatch)
-    keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None)
+    keeper = cp.Checkpointer(policies.CheckpointPolicy(tmp_path), warn=lambda text: None)
     keeper.new_best(model, epoch=3, val_acc1=0.5)
     monkeypatch.undo()
     assert blocking == []  # was one blocking copy per tensor (9 here)
@@ -65,7 +66,7 @@ def test_new_best_copies_the_weights_through_to_host_once(tmp_path: Path, monkey
 
 def test_the_kept_best_does_not_move_with_training(tmp_path: Path) -> None:
     model = _model()
-    keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None)
+    keeper = cp.Checkpointer(policies.CheckpointPolicy(tmp_path), warn=lambda text: None)
     keeper.new_best(model, epoch=1, val_acc1=0.5)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():

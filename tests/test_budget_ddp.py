@@ -104,7 +104,7 @@ def test_a_worker_counts_from_the_command_that_launched_it() -> None:
     import os
 
     from fasttrain.train.parallel.launch import LAUNCHED_AT_ENV
-    from fasttrain.train.run.opening import process_started_at, run_started_at
+    from fasttrain.train.run.start_time import process_started_at, run_started_at
     from fasttrain.train.types import WorkerWorld
     world, me = WorkerWorld(1, 1, 2, 2), process_started_at()
     assert run_started_at(world, {LAUNCHED_AT_ENV: "1000.5"}) == 1000.5       # fasttrain's launcher said when

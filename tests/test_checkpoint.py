@@ -9,6 +9,7 @@ from loop_helpers import tiny_mlp
 
 from fasttrain.core.errors import UserError
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import checkpoint_policy as policies
 from fasttrain.train.state import rng
 
 
@@ -72,11 +73,11 @@ def test_shape_mismatch_names_the_file_and_the_tensor(tmp_path: Path) -> None:
 
 
 def test_policy_writes_last_the_model_files_and_every_n(tmp_path: Path) -> None:
-    policy = ck.CheckpointPolicy(tmp_path, every_epochs=2)
+    policy = policies.CheckpointPolicy(tmp_path, every_epochs=2)
     model = tiny_mlp()
     payload = _payload(model)
     policy.save_last(payload)
-    policy.save_model(ck.weights_payload(model.state_dict(), epoch=1, val_acc1=0.5))
+    policy.save_model(policies.weights_payload(model.state_dict(), epoch=1, val_acc1=0.5))
     assert policy.save_numbered(payload, epoch=0) is None and not policy.numbered_due(0)
     assert policy.numbered_due(1) and policy.save_numbered(payload, epoch=1) == tmp_path / "epoch_0002.pt"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_0002.pt", "last.pt", "model.safetensors"]
@@ -85,10 +86,10 @@ def test_policy_writes_last_the_model_files_and_every_n(tmp_path: Path) -> None:
 def test_an_earlier_best_pt_opens_with_plain_torch_load_and_is_not_a_resume_point(tmp_path: Path) -> None:
     """torch.load's default is weights_only=True: best.pt (as fasttrain wrote it before model.safetensors became the
     one copy of the best weights) holds tensors, numbers and strings only; folders that have one still read."""
-    policy = ck.CheckpointPolicy(tmp_path)
+    policy = policies.CheckpointPolicy(tmp_path)
     model = tiny_mlp(seed=3)
     policy.save_last(_payload(model))
-    ck.save_atomic(ck.weights_payload(model.state_dict(), epoch=2, val_acc1=0.75), tmp_path / "best.pt")
+    ck.save_atomic(policies.weights_payload(model.state_dict(), epoch=2, val_acc1=0.75), tmp_path / "best.pt")
     best = torch.load(tmp_path / "best.pt")  # the default: weights only
     assert best["epoch"] == 2 and best["val_acc1"] == 0.75
     fresh = tiny_mlp(seed=4)
@@ -96,5 +97,5 @@ def test_an_earlier_best_pt_opens_with_plain_torch_load_and_is_not_a_resume_poin
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
     assert ck.load(tmp_path / "best.pt")["model"].keys() == model.state_dict().keys()  # checked like any other
     assert ck.candidates(tmp_path) == [tmp_path / "last.pt"] and ck.weights_only(tmp_path / "best.pt")
-    policy.save_model(ck.weights_payload(model.state_dict(), epoch=3, val_acc1=0.8))
+    policy.save_model(policies.weights_payload(model.state_dict(), epoch=3, val_acc1=0.8))
     assert not (tmp_path / "best.pt").exists()  # superseded by newer best weights: no older copy left behind

@@ -21,6 +21,7 @@ from loop_helpers import DETERMINISTIC_PROFILE, tiny_mlp, write_image_folder
 
 from fasttrain.models.saved import WEIGHTS_FILE, is_reference
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import checkpoint_policy as policies
 from fasttrain.train.state.run_state import Position, RunState
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -91,7 +92,7 @@ def _old_layout(run: Path, into: Path) -> Path:
                                                                             "format_version", "versions")}
     ck.save_atomic(whole, into / "last.pt")
     meta = json.loads((into / "model.json").read_text())
-    ck.save_atomic(ck.weights_payload(load_file(str(into / WEIGHTS_FILE)), epoch=meta["epoch"],
+    ck.save_atomic(policies.weights_payload(load_file(str(into / WEIGHTS_FILE)), epoch=meta["epoch"],
                                       val_acc1=meta["val_acc1"]), into / "best.pt")
     (into / "model.json").write_text(json.dumps({**meta, "from": "best.pt"}))
     return into
@@ -187,7 +188,7 @@ def test_last_pt_loads_at_every_moment_while_a_later_best_replaces_model_safeten
     refers to the new one), or, where no link can be made, puts a whole last.pt down first."""
     from fasttrain.models import saved
     from fasttrain.train.loop import checkpointing as cp
-    keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None)
+    keeper = cp.Checkpointer(policies.CheckpointPolicy(tmp_path), warn=lambda text: None)
     model = tiny_mlp(seed=1)
 
     def state(epoch: int) -> RunState:

@@ -11,6 +11,7 @@ from loop_helpers import Clock, tiny_mlp
 
 from fasttrain.train.loop import checkpointing as cp
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import checkpoint_policy as policies
 from fasttrain.train.state.run_state import Position, RunState
 
 
@@ -29,7 +30,7 @@ def _state(model: torch.nn.Module) -> RunState:
 def test_a_big_checkpoint_waits_until_it_costs_two_percent(tmp_path: Path) -> None:
     clock = Clock()
     big = torch.nn.Linear(1000, 2500)  # 10 MB of weights: ~0.05 s at 200 MB/s, the estimate before a measurement
-    keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None, clock=clock)
+    keeper = cp.Checkpointer(policies.CheckpointPolicy(tmp_path), warn=lambda text: None, clock=clock)
     clock.now = 1.0
     assert not keeper.due(_state(big))
     clock.now = 3.0
@@ -40,7 +41,7 @@ def test_a_big_checkpoint_waits_until_it_costs_two_percent(tmp_path: Path) -> No
 
 def test_the_best_weights_wait_in_memory_and_go_out_with_the_next_write(tmp_path: Path) -> None:
     from safetensors.torch import load_file
-    keeper = cp.Checkpointer(ck.CheckpointPolicy(tmp_path), warn=lambda text: None)
+    keeper = cp.Checkpointer(policies.CheckpointPolicy(tmp_path), warn=lambda text: None)
     model = tiny_mlp(seed=1)
     keeper.new_best(model, epoch=1, val_acc1=0.5)
     with torch.no_grad():

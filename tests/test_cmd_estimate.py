@@ -130,9 +130,9 @@ def test_data_dir_counts_images_and_measures_the_loader(cli, tmp_path) -> None:
 
 def test_default_profile_is_the_one_that_fits_this_machine(cli) -> None:
     from fasttrain.hardware import machine as hardware
-    from fasttrain.profiles import recommend
+    from fasttrain.profiles import preset_match
     d = _json(cli("estimate", *TINY, "--json"))
-    assert d["profile"] == recommend.best_preset(hardware.probe())
+    assert d["profile"] == preset_match.best_preset(hardware.probe())
 
 
 def test_measure_runs_real_steps_beside_the_forecast(cli) -> None:

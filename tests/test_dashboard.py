@@ -13,7 +13,8 @@ from fasttrain.core.format import fmt_clock
 from fasttrain.hardware.report import CpuInfo, HardwareReport, MemoryInfo
 from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
 from fasttrain.ui import dashboard_format as dbf
 from fasttrain.ui.dashboard import Dashboard, choose_mode
 
@@ -193,7 +194,7 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     import torch
     from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
-    from fasttrain.train.events import Collaborators
+    from fasttrain.train.loop.events import Collaborators
     from fasttrain.train.run.runlog import RunLog, read_metrics
 
     loop_plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 4},
@@ -206,7 +207,7 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
     with Dashboard(loop_plan, total_batches=24, epochs=2, mode="plain", stream=out, telemetry=tel) as dash:
         trainer = make_trainer(loop_plan, profile.optim, tiny_mlp(), batches=12,
                           log_interval_s=1e9,  # sync only at the first and last batch: one burst of 11
-                          io=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
+                          collaborators=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
         result = trainer.fit(batches, batches[:2], epochs=2)
         dash.close({"best_val_acc1": result.best_acc1})
     log.close()
@@ -224,7 +225,7 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
 
 def test_dashboard_is_a_train_listener(plan) -> None:
     """The run hands its display the TrainListener calls; the dashboard answers them as its own methods do."""
-    from fasttrain.train.events import RunEnd, StepEvent, TrainListener
+    from fasttrain.train.loop.events import RunEnd, StepEvent, TrainListener
 
     out = io.StringIO()
     with Dashboard(plan, total_batches=4, epochs=1, mode="plain", stream=out) as dash:

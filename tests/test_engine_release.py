@@ -61,12 +61,12 @@ def _batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def test_an_engine_and_its_trainer_are_freed_by_reference_counting(no_collector: None, tmp_path: Path) -> None:
-    from fasttrain.train.events import Collaborators
-    from fasttrain.train.state.checkpoint import CheckpointPolicy
+    from fasttrain.train.loop.events import Collaborators
+    from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
 
     plan, profile = cpu_plan(speed={"precision": "fp32", "compile": False})
     trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2,
-                           io=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
+                           collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
     trainer.train_epoch(_batches(2), 0)
     trainer.engine.warnings("a warning through the loop")  # the sink is used, not only set
     trainer.checkpoints.warn("a checkpoint warning")

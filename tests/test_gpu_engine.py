@@ -52,7 +52,7 @@ def test_keeping_the_best_weights_syncs_once(tmp_path: Path, monkeypatch: pytest
     from gpu_helpers import release_cuda
 
     from fasttrain.train.loop.checkpointing import Checkpointer
-    from fasttrain.train.state.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
 
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(10)]).cuda()
     keeper = Checkpointer(CheckpointPolicy(tmp_path), warn=lambda text: None)

@@ -18,9 +18,9 @@ PACKAGE = ROOT / "src" / "fasttrain"
 LAYERS = ["core", "hardware", "tuning", "profiles", "plan", "models", "datasets", "telemetry",
           "estimate", "doctor", "train", "bench", "ui", "report", "commands", "api", "cli"]
 TOP_LEVEL_ALIASES = {"__main__": "cli", "__init__": "core"}
-MAX_LINES = 300
+MAX_LINES = 280
 MAX_TOP_LEVEL_ENTRIES = 20
-MAX_TRAIN_ENTRIES = 10       # train/ is a third of the package: a reader must find the folder before grepping
+MAX_TRAIN_ENTRIES = 9        # train/ is a third of the package: a reader must find the folder before grepping
 MAX_TRAIN_BARE_ANY = 5       # public functions of train/ with a bare `Any` parameter or return
 
 
@@ -116,7 +116,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append([*stack[stack.index(nxt):], nxt])
             elif nxt not in state:
                 visit(nxt, stack)
         stack.pop()
@@ -144,7 +144,7 @@ def test_functions_are_short():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = node.body[1:] if ast.get_docstring(node) and len(node.body) > 1 else node.body
-                lines = node.end_lineno - body[0].lineno + 1
+                lines = (node.end_lineno or node.lineno) - body[0].lineno + 1  # end_lineno: set by ast.parse
                 if lines > MAX_FUNCTION_BODY_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, "functions over 80 lines:\n" + "\n".join(long)
@@ -160,7 +160,8 @@ def test_every_subpackage_has_a_public_face():
         if folder.is_dir() and any(folder.glob("*.py")):
             init = folder / "__init__.py"
             assert init.exists(), f"{folder.name}/ has no __init__.py"
-            assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{folder.name}/__init__.py says nothing"
+            text = init.read_text(encoding="utf-8")
+            assert ast.get_docstring(ast.parse(text)), f"{folder.name}/__init__.py says nothing"
 
 
 STANDALONE = re.compile(r"\.\./shared|shared/(?:seeds|DESIGN|reference)")  # written so this line does not match itself
@@ -168,7 +169,8 @@ STANDALONE = re.compile(r"\.\./shared|shared/(?:seeds|DESIGN|reference)")  # wri
 
 def test_nothing_refers_to_the_steering_folder():
     hits = []
-    for top in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", "docs", "src", "tests", "benchmarks", "profiles"):
+    for top in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", "docs", "src", "tests", "benchmarks",
+                "profiles"):
         base = ROOT / top
         paths = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
         for path in paths:
@@ -249,7 +251,8 @@ FOREIGN_PRIVATE = {"cli.py": {"_run_exitfuncs", "_exit"}, "train/signals/lifecyc
                    "estimate/cost.py": {"_schema", "_overloadpacket"}, "hardware/machine.py": {"_Environ"},
                    "train/loop/precision.py": {"_found_inf_per_device", "_get_scale_async"},
                    "train/loop/backoff.py": {"_version"},
-                   "train/loop/cpu_fused.py": {"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_foreach_add_", "_foreach_sub_"},
+                   "train/loop/cpu_fused.py": {"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_foreach_add_",
+                                               "_foreach_sub_"},
                    "train/loop/ema.py": {"_foreach_lerp_", "_buffers", "_parameters"}}
 
 

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import REPO, child_env
@@ -47,7 +47,7 @@ def _client(nb: Any, cwd: Path) -> Any:
     from nbclient import NotebookClient
 
     class Counting(NotebookClient):
-        updates: dict[int, int] = {}
+        updates: ClassVar[dict[int, int]] = {}  # one count per client class: the test reads it after
 
         def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
             if msg["msg_type"] == "update_display_data":
@@ -115,8 +115,8 @@ def test_a_process_started_from_a_notebook_cell_prints_plain_lines(monkeypatch: 
 
     from loop_helpers import cpu_plan
 
-    from fasttrain.commands.train import _dashboard
-    from fasttrain.train.events import RunDisplay
+    from fasttrain.report.train_job import terminal_dashboard as _dashboard
+    from fasttrain.train.loop.events import RunDisplay
 
     class Pty(io.StringIO):
         def isatty(self) -> bool:

@@ -10,7 +10,8 @@ import yaml
 from fasttrain.core.errors import UserError
 from fasttrain.hardware.report import GpuInfo, HardwareReport, MemoryInfo, TorchInfo
 from fasttrain.profiles import presets
-from fasttrain.profiles.recommend import batch_for_vram, best_preset, recommend
+from fasttrain.profiles.preset_match import best_preset
+from fasttrain.profiles.recommend import batch_for_vram, recommend
 from fasttrain.profiles.writer import profile_text, write_profile
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"

@@ -13,10 +13,10 @@ from conftest import REPO
 from image_tree import write_corrupt
 from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
 
-from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.trainer import Trainer
 from fasttrain.train.state import checkpoint as ck
-from fasttrain.train.state.checkpoint import CheckpointPolicy
+from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
 from fasttrain.train.state.run_state import Resume, RunExtras, RunState
 
 # Plain SGD at a constant LR, so a skipped or split step shows in the weights as it is.
@@ -154,7 +154,7 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
 
     def fresh() -> Trainer:
         return make_trainer(plan, profile.optim, tiny_mlp(), batches=4,
-                            io=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
+                            collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
     first = fresh()
     first.train_epoch(batches, epoch=0)
     one = first.engine
@@ -177,7 +177,7 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
 def test_save_every_minutes_writes_mid_epoch_checkpoints(tmp_path: Path) -> None:
     plan, profile = cpu_plan(optim={"optimizer": "sgd", "epochs": 1, "warmup_epochs": 0})
     trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=3, save_every_s=0.0,
-                           io=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
+                           collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
                            extras=lambda consumed: RunExtras(args={"consumed": consumed}))
     x, y = torch.randn(4, 12), torch.randint(0, 3, (4,))
     trainer.train_epoch([(x, y)] * 3, epoch=0)

@@ -23,6 +23,7 @@ from conftest import REPO, child_env, run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 from fasttrain.train.state import checkpoint as ck
+from fasttrain.train.state import checkpoint_policy as policies
 
 # 24 train images / batch 4 = 6 steps per epoch, 2 epochs; no randomness left to chance.
 PROFILE = DETERMINISTIC_PROFILE
@@ -143,7 +144,7 @@ def test_sigkill_while_saving_keeps_the_previous_checkpoint(work: Path) -> None:
     ck.load_model_state(__import__("fasttrain.models.tiny").models.tiny.tiny_cnn(num_classes=3), payload["model"],
                         run / "last.pt")
     assert list(run.glob(".last.pt.*.tmp"))  # the dead process's temporary file ...
-    ck.CheckpointPolicy(run).save_last(payload)
+    policies.CheckpointPolicy(run).save_last(payload)
     assert not list(run.glob(".*.tmp"))      # ... is pruned after the next good save
 
 

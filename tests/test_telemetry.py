@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from fasttrain.telemetry.recorder import GpuReader, StepRecord, Telemetry
+from fasttrain.telemetry.recorder import GpuReader, Telemetry
+from fasttrain.telemetry.step_record import StepRecord
 
 
 class FakeClock:

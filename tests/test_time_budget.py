@@ -120,7 +120,7 @@ def test_a_short_budgeted_run_ends_its_schedule_and_says_what_it_used(cli, tmp_p
     from loop_helpers import TINY_PROFILE, write_image_folder
     monkeypatch.chdir(tmp_path)
     # In-process, "when the process started" is when pytest did, maybe minutes ago: the command starts now.
-    monkeypatch.setattr("fasttrain.train.run.opening.process_started_at", lambda pid=None: time.time())
+    monkeypatch.setattr("fasttrain.train.run.start_time.process_started_at", lambda pid=None: time.time())
     write_image_folder(tmp_path / "data", train_per_class=16)
     (tmp_path / "tiny.yaml").write_text(TINY_PROFILE.replace("epochs: 2", "epochs: 1000"))
     res = cli("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--time-budget", "25s",
@@ -181,7 +181,7 @@ def test_estimate_says_what_a_budget_buys(cli) -> None:
 
 # -- when the process started: the clock of time to accuracy and of a budget ---------------------------------------
 def test_process_age_reads_the_boot_clock_and_refuses_what_does_not_parse() -> None:
-    from fasttrain.train.run.opening import process_age_s
+    from fasttrain.train.run.start_time import process_age_s
     rest = " ".join(["0"] * 18)  # fields 3..21 (state, ppid, ..., nice, threads, itrealvalue)
     stat = f"4242 (odd ) name) S {rest} 150000 0 0\n"  # a name with a space and a ')': field 22 after the last ')'
     assert process_age_s(stat, "1502.25 3000.00\n", 100) == pytest.approx(2.25)
@@ -197,7 +197,7 @@ def test_the_process_start_is_the_launch_a_parent_sees() -> None:
     import subprocess
     import sys
     import time
-    code = "from fasttrain.train.run.opening import process_started_at; print(repr(process_started_at()))"
+    code = "from fasttrain.train.run.start_time import process_started_at; print(repr(process_started_at()))"
     for _ in range(2):
         before = time.time()
         started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

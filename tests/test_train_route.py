@@ -1,5 +1,6 @@
-"""The road from `fasttrain train` to `.backward()`: at most six files of the package on the call stack
-(docs/architecture.md draws them), measured on a real run, not read off the source."""
+"""The road from `fasttrain train` to `.backward()`: the command, then at most six files of the package on the call
+stack from the training job it shares with fasttrain.train() (docs/architecture.md draws them), measured on a real
+run, not read off the source."""
 from __future__ import annotations
 
 import traceback
@@ -36,5 +37,7 @@ def test_train_reaches_backward_through_at_most_six_files(cli, tmp_path: Path,
         path = Path(name).resolve()
         if PACKAGE in path.parents and str(path.relative_to(PACKAGE)) not in files:
             files.append(str(path.relative_to(PACKAGE)))
-    route = files[files.index("commands/train.py"):]
+    job = files.index("report/train_job.py")  # the job `fasttrain train` and fasttrain.train() both call
+    assert files[job - 1] == "commands/train.py", files  # the command: flags parsed, the job called
+    route = files[job:]
     assert route[-1] == "train/loop/precision.py" and len(route) <= MAX_FILES, route

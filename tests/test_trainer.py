@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
-from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.batches import window_length
+from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.synthetic import run_synthetic_steps
 
 SGD_PLAIN = {"optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "schedule": "constant", "base_lr": 0.5,
@@ -140,9 +140,9 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
             self.epochs.append({**row, "frozen_objects": gc.get_freeze_count()})
 
     log = Log()
-    from fasttrain.train.state.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
     trainer = make_trainer(plan, profile.optim, _conv_net(), batches=len(train),
-                      io=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
+                      collaborators=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
     assert trainer.model.training and next(trainer.model.parameters()).is_contiguous(memory_format=torch.channels_last)
     result = trainer.fit(train, val, epochs=4)
     losses = [row["train_loss"] for row in result.history]
@@ -185,7 +185,7 @@ def test_compiled_channels_last_model_trains() -> None:
     assert plan.compile
     warnings: list[str] = []
     trainer = make_trainer(plan, profile.optim, _conv_net(), batches=3,
-                      io=Collaborators(warn=warnings.append))
+                      collaborators=Collaborators(warn=warnings.append))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train_epoch(_separable(3, 0), epoch=0)
     assert warnings == [], warnings
@@ -205,7 +205,7 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.
     plan, profile = cpu_plan(optim={**SGD_PLAIN}, speed={"compile": True})
     warnings: list[str] = []
     trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2,
-                      io=Collaborators(warn=warnings.append))
+                      collaborators=Collaborators(warn=warnings.append))
     trainer.train_epoch(_batches(2, 4), epoch=0)
     assert len(warnings) == 1 and "failed, training eager" in warnings[0] and "no C++ compiler" in warnings[0]
     assert trainer.engine.schedule.step == 2
@@ -242,7 +242,7 @@ def test_fp16_overflow_step_is_skipped_and_reported() -> None:
         def log_step(self, row: dict) -> None:
             self.rows.append(row)
 
-    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2, io=Collaborators(runlog=Log()))
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2, collaborators=Collaborators(runlog=Log()))
     (x, y), good = _batches(2, 4)
     # fp16 overflows -> inf loss and gradients -> the GradScaler skips the step and halves its scale
     row = trainer.train_epoch([(x * 1e30, y), good], epoch=0)

@@ -8,7 +8,8 @@ from fasttrain.hardware.report import CpuInfo, GpuInfo, HardwareReport, MemoryIn
 from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
 from fasttrain.telemetry import verdict
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
 
 GIB = 2**30
 

@@ -34,13 +34,13 @@ def report(*runs: str | Path, out: str | Path | None = None) -> RunReport:
     records = gather_runs([Path(r) for r in runs])
     if len(records) == 1:
         images = write.run_images(records[0])
-        fragment, text = page.run_fragment(records[0], images), page.run_page
+        fragment, html = page.run_fragment(records[0], images), (lambda: page.run_page(records[0], images))
     else:
         images = write.overlay_images(records)
-        fragment, text = page.compare_fragment(records, images), page.compare_page
+        fragment, html = page.compare_fragment(records, images), (lambda: page.compare_page(records, images))
     if target is not None:
         from fasttrain.core.files import write_text_atomic
-        write_text_atomic(target, text(records[0], images) if len(records) == 1 else text(records, images))
+        write_text_atomic(target, html())
     return RunReport(records, fragment, target)
 
 

@@ -24,7 +24,7 @@ def setup(profile: str | None, sets: list[str] | None, image_size: int | None) -
         raise UserError([Problem("--image-size", "must be at least 8 pixels", value=image_size)])
     report = probe()
     if profile is None:
-        from fasttrain.profiles.recommend import best_preset
+        from fasttrain.profiles.preset_match import best_preset
 
         profile = best_preset(report)
     flags = {"loader.image_size": ("--image-size", image_size)} if image_size is not None else None

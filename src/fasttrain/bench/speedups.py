@@ -85,9 +85,9 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
 
     from fasttrain.bench.park import Parking
     from fasttrain.models.setup import CompileGuard
-    from fasttrain.train.events import Collaborators
     from fasttrain.train.loop import step
     from fasttrain.train.loop import trainer as loop
+    from fasttrain.train.loop.events import Collaborators
     from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 
     warnings: list[str] = []
@@ -99,7 +99,7 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
         # optimizer is fused, so the unfused baseline would carry a cost no plain loop has and every ratio lean.
         engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append,
                                        nonfinite_guard=False)
-        trainer = loop.Trainer(engine, io=Collaborators(warn=warnings.append))
+        trainer = loop.Trainer(engine, collaborators=Collaborators(warn=warnings.append))
         gen = torch.Generator().manual_seed(0)
         images = torch.randn(plan.batch_size, 3, image_size, image_size, generator=gen)
         targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)

@@ -167,7 +167,8 @@ def batch_cmd(
 # -- bench loader --------------------------------------------------------------------------------------------
 @bench_app.command("loader")
 def loader_cmd(
-    data: str = typer.Option("shapes", "--data", help="shapes (built-in), an ImageFolder directory or a labels table (train.csv)."),
+    data: str = typer.Option("shapes", "--data", help="shapes (built-in), an ImageFolder directory or a labels "
+                                                     "table (train.csv)."),
     profile: str | None = options.profile_option(),
     sets: list[str] | None = options.set_option(),
     image_size: int | None = options.image_size_option(),

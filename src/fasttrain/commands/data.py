@@ -70,7 +70,7 @@ def prepare_cmd(
         show.stop()
         print(f"interrupted: finished shards are kept in {out}; run the same command again to finish",
               file=sys.stderr, flush=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     show.stop()
     result = summary(outcome, out)
     if as_json:

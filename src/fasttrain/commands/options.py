@@ -7,53 +7,31 @@ Imports nothing heavy: cli.py imports every command module for `fasttrain --help
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+import contextlib
 from pathlib import Path
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.sampler import MAX_SEED  # noqa: F401 - re-exported for the commands
 
-if TYPE_CHECKING:
-    from fasttrain.train.events import DisplayFactory
 
-
-@dataclass(frozen=True)
-class ApiCall:
-    """Set as the click context's `obj` when the Python API (fasttrain/api/) runs a command: the command returns
-    its result instead of printing it, and a run shows itself on `display` (a notebook's) when one is given.
-    `started_at`: time.time() of the call: a run's clock (elapsed_s, a time budget) starts there, not when the
-    notebook's kernel started."""
-
-    display: DisplayFactory | None = None
-    started_at: float = field(default_factory=time.time)
-
-
-def api_call(ctx: typer.Context | None) -> ApiCall | None:
-    """The API call a command runs for, or None on the command line."""
-    obj = ctx.obj if ctx is not None else None
-    return obj if isinstance(obj, ApiCall) else None
-
-
-def click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+def click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...],
+                            tuple[type[BaseException], ...]]:
     """(ClickException, Exit, Abort) classes: Typer may vendor its own copy of click or use the real one."""
     modules = []
     for name in ("typer._click.exceptions", "click.exceptions"):  # typer's vendored click has no public path
-        try:
+        with contextlib.suppress(ImportError):
             modules.append(__import__(name, fromlist=["ClickException"]))
-        except ImportError:
-            pass
 
-    def classes(attr: str) -> tuple[type, ...]:
+    def classes(attr: str) -> tuple[type[BaseException], ...]:
         return tuple(getattr(m, attr) for m in modules if hasattr(m, attr))
 
     usage = classes("ClickException")
-    exits = classes("Exit") + (typer.Exit,)
-    aborts = classes("Abort") + (typer.Abort, KeyboardInterrupt)
+    exits = (*classes("Exit"), typer.Exit)
+    aborts = (*classes("Abort"), typer.Abort, KeyboardInterrupt)
     return usage, exits, aborts
 
 
@@ -120,34 +98,9 @@ def model_option(default: str | EllipsisType | None, help: str = MODEL_HELP) -> 
 
 def _model_callback(value: str | None) -> str | None:
     if value is not None:
+        from fasttrain.estimate.checks import check_name
         check_name(value, "--model", "a timm or torchvision name, tiny_cnn, or module:callable")
     return value
-
-
-MAX_NAME_CHARS = 256  # model and GPU names, module:callable specs: longer is a paste accident
-
-# -- validation shared by the commands: each raises UserError (exit 2) with one line ----------------------------
-def check_name(value: str, flag: str, fix: str) -> str:
-    """A name given on the command line: not empty, not blank, no control characters (NUL, newline...)."""
-    if not value.strip():
-        raise UserError([Problem(flag, "empty" if not value else "blank (only whitespace)", f"give {fix}", value)])
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise UserError([Problem(flag, "contains control characters (NUL, newline, ...)", f"give {fix}",
-                                 value if len(value) <= MAX_NAME_CHARS else None)])
-    if len(value) > MAX_NAME_CHARS:
-        raise UserError([Problem(flag, f"{len(value):,} characters long (at most {MAX_NAME_CHARS})", f"give {fix}",
-                                 value[:40] + "...")])
-    return value
-
-
-def check_path(value: Path | str, flag: str, what: str) -> Path:
-    """A path given on the command line: not empty and no NUL byte (the OS cannot even look it up)."""
-    text = str(value)
-    if not text.strip():
-        raise UserError([Problem(flag, "empty path", f"give {what}", text)])
-    if "\x00" in text:
-        raise UserError([Problem(flag, "the path contains a NUL byte", f"give {what}", text)])
-    return Path(text)
 
 
 def check_seed(value: int | None, flag: str = "--seed") -> int | None:

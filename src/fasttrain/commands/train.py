@@ -1,21 +1,16 @@
-"""`fasttrain train`: parse flags here; gather/plan live in fasttrain/train/setup/prepare.py and the run in
-train/run/execute.py (both imported lazily, so this module, which cli.py imports, never imports torch). The dashboard
-is built here and handed to the run as its display (a TrainListener), so the training code never imports
-the UI."""
+"""`fasttrain train`: flags parsed into a TrainArgs (train/setup/args.py train_args, the same call fasttrain.train()
+makes), the job run by report/train_job.py (prepare -> execute -> report.html), and what it gives back rendered: the
+terminal's dashboard as the run's display (a TrainListener, so the training code never imports the UI), a dry run's
+plan, --json's summary, the exit code. Everything heavy is imported inside the function: cli.py imports this module
+for `fasttrain --help`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from fasttrain.commands import options
 from fasttrain.train.types import DEFAULT_RDZV_TIMEOUT_S
-
-if TYPE_CHECKING:  # the training modules are imported only when a command runs
-    from fasttrain.train.events import RunDisplay
-    from fasttrain.train.types import Prepared
-    from fasttrain.ui.dashboard import Dashboard
 
 
 def register(app: typer.Typer) -> None:
@@ -92,97 +87,25 @@ def train_cmd(
     rdzv_timeout: int = typer.Option(DEFAULT_RDZV_TIMEOUT_S, "--rdzv-timeout", metavar="SECONDS",
                                      rich_help_panel="Several GPUs",
                                      help="How long the machines get to find each other."),
-) -> object:  # for the Python API: the Prepared run (dry run) or the summary; None on the command line
+) -> None:
     """Train a model with the profile's speed settings, showing where each step's time goes."""
     from fasttrain.core.console import console, print_json
-    from fasttrain.train.run import execute as train_run
-    from fasttrain.train.setup import prepare as train_prep
-    from fasttrain.train.setup.budget_args import parse_duration
-    from fasttrain.train.types import LaunchSpec, TrainArgs, parse_batch_size
+    from fasttrain.report.train_job import terminal_dashboard, train_job
+    from fasttrain.train.setup.args import train_args
 
-    given = _given(ctx)
-    multi = {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout"} & given
-    if multi and nproc_per_node is None:
-        from fasttrain.core.errors import Problem, UserError
-        raise UserError([Problem("--" + sorted(multi)[0].replace("_", "-"), "only means something with "
-                                 "--nproc-per-node", "add --nproc-per-node N (processes on this machine)")])
-    launch = LaunchSpec(nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_timeout) \
-        if nproc_per_node is not None else None
-
-    args = TrainArgs(profile=profile, model=model, data=data, epochs=epochs, sets=list(sets or []),
-                               run_name=run_name, runs_dir=runs_dir, dry_run=dry_run, pretrained=pretrained,
-                               weights=weights, seed=seed, quiet=quiet, verbose=verbose, json=as_json,
-                               image_size=image_size, num_classes=num_classes, save_every=save_every,
-                               strict_data=strict_data, no_last=no_last,
-                               resume=resume, on_nan=on_nan, save_every_minutes=save_every_minutes,
-                               batch_size=parse_batch_size(batch_size) if batch_size is not None else None,
-                               launch=launch, no_tune=no_tune, deadline=deadline, max_cost=max_cost,
-                               time_budget=parse_duration(time_budget) if time_budget is not None else None,
-                               explicit=given)
-    api = options.api_call(ctx)  # fasttrain.train() / fasttrain.plan() (api/): return the result, print nothing
-    prep = train_prep.prepare(args)  # prep.args: the values the run trains with (a resume's, a worker's)
-    if dry_run or prep.args.launch is not None:
-        from fasttrain.models.registry import create_model
-        create_model(prep.model_name, prep.bundle.num_classes,  # an unknown model fails here; a dry run downloads
-                     pretrained=pretrained and not dry_run, image_size=prep.plan.image_size)  # nothing
-    if dry_run and api is not None:
-        return prep
-    if dry_run:
-        from fasttrain.train.setup.plan_view import plan_lines, plan_view
-        view = plan_view(prep)
+    values = {name: value for name, value in locals().items() if name in ctx.params}  # this command's parameters
+    args = train_args(values, explicit=_given(ctx))
+    outcome = train_job(args, display=terminal_dashboard, on_summary=print_json if as_json else None)
+    if outcome.view is not None:  # --dry-run
         if as_json:
-            print_json(view)
+            print_json(outcome.view)
         else:
+            from fasttrain.train.setup.plan_view import plan_lines
             out = console()
-            for line in plan_lines(view):
+            for line in plan_lines(outcome.view):
                 out.print(line, markup=False)
-        return
-    if prep.args.launch is not None:  # this process is the agent: the workers train
-        from fasttrain.train.signals.lifecycle import train_signals
-        train_signals.hand_over()  # torch.distributed.run's agent forwards signals to its workers
-        raise typer.Exit(_launch(prep, api.started_at if api is not None else None))
-    from fasttrain.train.signals.lifecycle import train_signals
-    try:
-        summary = train_run.execute(prep, display=(api.display if api is not None else None) or _dashboard,
-                                    launched_at=api.started_at if api is not None else None)
-        if prep.is_main and summary.get("run_dir"):  # report.html, the run's plots (a stopped run's too)
-            from fasttrain.report import report_after_run
-            report_after_run(Path(summary["run_dir"]))
-        if as_json and prep.is_main:
-            print_json(summary)
-    finally:
-        train_signals.command_done()
-    if api is not None:
-        return summary
-    if summary.get("exit_code"):  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0)
-        raise typer.Exit(summary["exit_code"])
-
-
-def _launch(prep: Prepared, started_at: float | None) -> int:
-    """Start the workers with this command line minus the launch flags; -> the job's exit code. The workers'
-    clock (a time budget, the time to accuracy) starts at `started_at` (the API call) or this process's start."""
-    from fasttrain.train.parallel import launch
-    from fasttrain.train.run.opening import process_started_at
-    spec, plan = prep.args.launch, prep.plan
-    assert spec is not None
-    threads = None
-    if plan.device == "cpu":
-        threads = launch.cpu_threads_per_process(prep.report.cores, spec.nproc_per_node, plan.workers)
-    return launch.launch(spec, launch.strip_launch_flags(launch.invoked_argv()), omp_threads=threads,
-                         started_at=started_at if started_at is not None else process_started_at())
-
-
-def _dashboard(display: RunDisplay) -> Dashboard:
-    """The run's display: live on a terminal, plain lines under --json, off one or in a notebook's cell (its
-    pseudo-terminal shows no redraw), only errors with --quiet."""
-    from fasttrain.core.console import in_notebook_cell
-    from fasttrain.ui.dashboard import Dashboard, choose_mode
-    plain = display.plain or in_notebook_cell()
-    mode = "quiet" if display.quiet else ("plain" if plain else choose_mode(False, display.stream))
-    return Dashboard(display.plan, total_batches=display.total_batches, epochs=display.epochs, mode=mode,
-                     stream=display.stream, report=display.report, telemetry=display.telemetry,
-                     forecast=display.forecast, data_kind=display.data_kind, measured=display.measured,
-                     input_gain=display.input_gain, classes=display.classes, deadline=display.deadline)
+    if outcome.exit_code:  # stopped by SIGINT: 130 (SIGTERM stops cleanly: 0); a data-parallel job's own code
+        raise typer.Exit(outcome.exit_code)
 
 
 def _given(ctx: typer.Context) -> set[str]:

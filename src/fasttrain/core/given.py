@@ -1,12 +1,18 @@
-"""Python objects handed to the API (`fasttrain.train(Net(), (train, val))`), known to the run by a name.
+"""Python objects handed to the API (`fasttrain.train(Net(), (train, val))`): typed inputs of a run, and the names
+the run knows them by.
 
 A model object or class, a (train, val) pair of datasets, or a DataFrame of image paths and labels (a labels table:
-datasets/labels_table.py) cannot travel as a `--model` or `--data` string.
-The API registers it here for the length of one call, under a name that says what it is (`python:Net#1a2b3c4d`);
-the places that build a model or open data by name (models/given_model.py, datasets/build.py) find it there, so
-the run takes the same path as on the command line. The name is what the plan, the summary and the checkpoint
-record. A later process that meets it (`fasttrain train --resume` in a shell) cannot rebuild the object:
-`missing()` says so, and how to resume from Python. No torch here: the fingerprint reads only repr() and shapes.
+datasets/labels_table.py) travels to the run as a typed field, `TrainArgs.inputs` (a `GivenInputs`, made by the API),
+beside the name it is known by (`python:Net#1a2b3c4d`, in `TrainArgs.model` / `.data`).
+
+Why a registry stays as well: below the run's arguments, models and data are built by name, in many places that take
+a name and nothing else (models/registry.py's create_model for the meta-device check, the forecast, the tuning
+trial, the batch search and the run; datasets/build.py and datasets/data_source.py), and the name, not the object,
+is what the plan, summary.json, profile.yaml and the checkpoint record (they must stay serialisable). So the job that
+runs the arguments (report/train_job.py, bench/estimate_job.py) registers the inputs here under their names for the
+length of the job (`registered`), and those places find them (models/given_model.py). A later process that meets
+such a name (`fasttrain train --resume` in a shell) cannot rebuild the object: `missing()` says so, and how to resume
+from Python. No torch here: the fingerprint reads only repr() and shapes.
 """
 from __future__ import annotations
 
@@ -129,9 +135,42 @@ def given(model: object = None, data: object = None) -> Iterator[tuple[str | Non
             if name is None:
                 continue
             if before is None:
-                table.pop(name, None)  # type: ignore[attr-defined]
+                table.pop(name, None)
             else:
-                table[name] = before  # type: ignore[index]
+                table[name] = before
+
+
+class GivenInputs:
+    """The Python objects of one call, with the names the run knows them by (None: not given as an object).
+
+    Not a dataclass, and never copied (`copy.deepcopy` returns it as it is): dataclasses.asdict() of the run's
+    arguments (the checkpoint's saved arguments) would otherwise deep-copy the user's model and datasets."""
+
+    __slots__ = ("data", "data_name", "model", "model_name")
+
+    def __init__(self, model: object = None, data: object = None):
+        self.model, self.data = model, data
+        self.model_name = model_name(model) if model is not None else None
+        self.data_name = None if data is None else data_name(*data) if isinstance(data, tuple) else table_name(data)
+
+    def __copy__(self) -> GivenInputs:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> GivenInputs:
+        return self
+
+    def __repr__(self) -> str:
+        return f"GivenInputs(model={self.model_name!r}, data={self.data_name!r})"
+
+
+@contextmanager
+def registered(inputs: GivenInputs | None) -> Iterator[None]:
+    """`inputs` findable by their names (model(), datasets()) for the length of the block; None: nothing to do."""
+    if inputs is None:
+        yield
+        return
+    with given(inputs.model, inputs.data):
+        yield
 
 
 def model(name: str) -> object:

@@ -1,7 +1,7 @@
 """Which preset fits this machine, and the settings `doctor` recommends for it. Pure: report in, answer out.
 
-best_preset() is what `train` uses when --profile is omitted. recommend() starts from that preset and
-tunes the keys that depend on the machine: batch by VRAM (data/batch_by_vram.csv, from the
+best_preset() (preset_match.py) is what `train` uses when --profile is omitted. recommend() starts from that
+preset and tunes the keys that depend on the machine: batch by VRAM (data/batch_by_vram.csv, from the
 gcp-efficientnet note), workers as `bench loader` measured them here (else floor(0.75 x cores)) capped by the
 loader RAM budget, precision by compute capability, compile / channels_last / TF32 where they help.
 """
@@ -19,59 +19,10 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.core.format import fmt_bytes
 from fasttrain.hardware.report import GpuInfo, HardwareReport
 from fasttrain.profiles import presets
-from fasttrain.profiles.files import preset_names
+from fasttrain.profiles.preset_match import best_preset, model_token, name_tokens
 from fasttrain.profiles.schema import HardwareSpec, Profile
 from fasttrain.tuning.advice import advise, describe, workers_advice
 from fasttrain.tuning.store import Measurement
-
-CPU_PRESET = "cpu"
-
-
-def _tokens(name: str) -> set[str]:
-    """'Tesla V100-SXM2-32GB' -> {'tesla', 'v100', 'sxm2', '32gb'}; parenthesised notes are dropped."""
-    name = re.sub(r"\(.*?\)", " ", name.lower())
-    return {t for t in re.split(r"[^a-z0-9]+", name) if t}
-
-
-def _model_token(name: str) -> str | None:
-    """The token that names the chip: the first one with a digit ('t4', 'v100', 'a10g', '4060')."""
-    for token in re.split(r"[^a-z0-9]+", re.sub(r"\(.*?\)", " ", name.lower())):
-        if any(c.isdigit() for c in token):
-            return token
-    return None
-
-
-@lru_cache(maxsize=1)
-def _gpu_presets() -> tuple[tuple[str, HardwareSpec], ...]:
-    """(name, hardware) of every shipped preset that targets a GPU, in name order (ties resolve by it)."""
-    out = []
-    for name in preset_names():
-        hw = presets.resolve_file_only(name).profile.hardware
-        if hw.gpu:
-            out.append((name, hw))
-    return tuple(out)
-
-
-def _distance(gpu: GpuInfo, hw: HardwareSpec) -> float:
-    """How far a preset's machine is from this GPU: name first, then VRAM (log ratio), then bf16."""
-    vram_gib = gpu.memory_total_bytes / 2**30
-    score = abs(math.log(max(vram_gib, 0.1) / (hw.vram_gb or 1.0)))
-    token = _model_token(hw.gpu or "")
-    if token is None or token not in _tokens(gpu.name):
-        score += 10.0
-    if gpu.bf16_supported is not None and gpu.bf16_supported != hw.supports_bf16:
-        score += 0.5
-    return score
-
-
-def best_preset(report: HardwareReport) -> str:
-    """The shipped preset whose machine best matches this one; "cpu" when no CUDA GPU is usable."""
-    gpu = report.training_gpu()
-    candidates = _gpu_presets()
-    if gpu is None or not candidates:
-        return CPU_PRESET
-    return min(candidates, key=lambda item: _distance(gpu, item[1]))[0]
-
 
 # ---- recommend(): the settings for this machine --------------------------------------------------------------
 
@@ -128,9 +79,9 @@ def _same_machine(gpu: GpuInfo | None, hw: HardwareSpec) -> bool:
     """The preset was written for this very GPU (chip and memory), or it is the CPU preset on a CPU machine."""
     if gpu is None:
         return hw.gpu is None
-    token = _model_token(hw.gpu or "")
+    token = model_token(hw.gpu or "")
     vram_gib = gpu.memory_total_bytes / 2**30
-    return (token is not None and token in _tokens(gpu.name) and hw.vram_gb is not None
+    return (token is not None and token in name_tokens(gpu.name) and hw.vram_gb is not None
             and abs(vram_gib - hw.vram_gb) <= VRAM_MATCH * hw.vram_gb)
 
 
@@ -145,7 +96,7 @@ def _cpu_precision(report: HardwareReport, preset: Profile) -> tuple[str, str]:
         " (this CPU has AVX512-BF16/AMX)" if asked == "bf16-mixed" else "")
 
 
-def _precision(gpu: GpuInfo | None) -> tuple[str, str]:
+def _precision(gpu: GpuInfo) -> tuple[str, str]:
     cc = float(gpu.compute_capability) if gpu.compute_capability else None
     if cc is None:
         return "fp16-mixed", "compute capability unknown: fp16-mixed works on every tensor-core GPU"
@@ -179,8 +130,8 @@ def _hardware(rec: Recommendation, report: HardwareReport, gpu: GpuInfo | None, 
 def _batch(rec: Recommendation, gpu: GpuInfo | None, preset: Profile, same: bool) -> int:
     row = batch_for_vram(gpu.memory_total_bytes if gpu else None)
     if same:
-        batch, why = preset.loader.batch_size, (f"the preset's own batch: the preset was written for this GPU "
-                                                f"(or CPU), from its source note; the generic table says {row.batch_size}")
+        batch, why = preset.loader.batch_size, ("the preset's own batch: the preset was written for this GPU (or "
+                                                f"CPU), from its source note; the generic table says {row.batch_size}")
     else:
         batch, why = row.batch_size, f"batch by memory table: {row.source}"
     rec.set("loader.batch_size", batch, why)
@@ -208,7 +159,8 @@ def _loader(rec: Recommendation, report: HardwareReport, preset: Profile, batch:
     shm = report.memory.shm_free_bytes
     if shm is not None and workers:
         raw = ar.batch_bytes(batch, lo.image_size)
-        by_shm = next((w for w in range(workers, -1, -1) if ar.loader_shm_bytes(w, prefetch, raw) <= shm * SHM_SHARE), 0)
+        by_shm = next((w for w in range(workers, -1, -1)
+                       if ar.loader_shm_bytes(w, prefetch, raw) <= shm * SHM_SHARE), 0)
         if by_shm < workers:
             wanted_gib = math.ceil(2 * ar.loader_shm_bytes(workers, prefetch, raw) / ar.GIB)
             workers = by_shm
@@ -277,8 +229,8 @@ def recommend(report: HardwareReport, measured: list[Measurement] | None = None)
     preset = presets.resolve_file_only(name).profile
     gpu = report.training_gpu()
     rec = Recommendation(preset=name)
-    token = _model_token(preset.hardware.gpu or "")
-    same_chip = gpu is not None and token is not None and token in _tokens(gpu.name)
+    token = model_token(preset.hardware.gpu or "")
+    same_chip = gpu is not None and token is not None and token in name_tokens(gpu.name)
     _hardware(rec, report, gpu, preset.hardware, same_chip)
     batch = _batch(rec, gpu, preset, _same_machine(gpu, preset.hardware))
     _loader(rec, report, preset, batch, gpu is not None, measured or [])

@@ -16,45 +16,16 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from fasttrain.telemetry.contention import HostReader
 from fasttrain.telemetry.readers import GpuReader
 from fasttrain.telemetry.stats import epoch_totals, time_split, window_rates
+from fasttrain.telemetry.step_record import StepRecord
 
 # Steps kept in the rolling window: ~a few seconds of training at typical step times, enough to
 # smooth out one slow batch without hiding a change of regime for long.
 DEFAULT_WINDOW = 50
-
-
-@dataclass(slots=True)
-class StepRecord:
-    """One loader batch as the loop measured it (host wall-clock seconds; no device sync implied).
-
-    epoch and batch_index are 0-based; step counts optimizer steps taken so far.
-    loss/grad_norm/amp_scale may be None on batches where the loop did not read them back
-    (reading a CUDA tensor with .item() forces a sync, so the loop does it only every few steps).
-    """
-
-    epoch: int
-    step: int
-    batch_index: int
-    batches_in_epoch: int
-    images: int
-    data_wait_s: float
-    h2d_s: float
-    compute_s: float
-    loss: float | None = None
-    lr: float | None = None
-    grad_norm: float | None = None
-    amp_scale: float | None = None
-    skipped: bool = False
-    batch_size: int = 0
-    accumulation_steps: int = 1
-    # time.perf_counter() when the batch finished. A loop that records batches in bursts (after a
-    # sync every few steps) must set it, or rates would come from the burst's own timing.
-    end_time: float | None = None
 
 
 class Telemetry:
@@ -97,7 +68,7 @@ class Telemetry:
         self._sum_img = 0
         self._sum_dw = self._sum_h2d = self._sum_comp = 0.0
         self._last: StepRecord | None = None
-        self._latest = {"loss": None, "lr": None, "grad_norm": None, "amp_scale": None}
+        self._latest: dict[str, float | None] = {"loss": None, "lr": None, "grad_norm": None, "amp_scale": None}
         self._skipped_total = 0
         self._reset_epoch()
 

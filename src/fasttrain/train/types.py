@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from fasttrain.core.errors import Problem, UserError
 
 if TYPE_CHECKING:  # names for the annotations only: cli.py imports this module, which must stay cheap (no pydantic)
+    from fasttrain.core.given import GivenInputs
     from fasttrain.datasets.bundle import DataBundle
     from fasttrain.hardware.report import HardwareReport
     from fasttrain.models.weights import WeightsMatch
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # names for the annotations only: cli.py imports this module,
     from fasttrain.train.state.run_state import Resume
 
 # --batch-size: a per-device batch, or "auto" (the largest that runs here, setup/batch_search.py).
-BatchSize = Union[int, Literal["auto"]]
+BatchSize = int | Literal["auto"]
 DEFAULT_RDZV_TIMEOUT_S = 300  # seconds the nodes of a multi-machine job get to meet (torchrun's own is 900)
 
 
@@ -71,7 +72,8 @@ class WorkerWorld:
 
 @dataclass(frozen=True)
 class TrainArgs:
-    """The command line as given; setup/args.final_args makes the values a run trains with (a new TrainArgs)."""
+    """A run's arguments as given, by `fasttrain train`'s flags or fasttrain.train()'s keywords (both through
+    setup/args.train_args); setup/args.final_args makes the values a run trains with (a new TrainArgs)."""
 
     profile: str | None = None
     model: str | None = None
@@ -102,6 +104,7 @@ class TrainArgs:
     max_cost: float | None = None        # --max-cost, US dollars at the profile's price
     no_last: bool = False                # --no-last: checkpoint.save_last false (no last.pt, no resume)
     explicit: set[str] = field(default_factory=set)  # fields given on the command line (win over a checkpoint's)
+    inputs: GivenInputs | None = None    # a model / data handed to fasttrain.train() as objects (core/given.py)
 
 
 @dataclass(frozen=True)

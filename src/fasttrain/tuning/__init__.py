@@ -1,4 +1,9 @@
-"""Tuning: settings chosen by measurement on this machine, and one voice for every command's advice.
+"""Tuning, its pure half: settings chosen by measurement on this machine, and one voice for every command's advice.
+
+Tuning has two homes on purpose. This folder holds what needs no model and no torch: doctor, estimate, bench and
+profiles read it, and they sit below train/ in the layers (docs/architecture.md), so it cannot live there. The
+timed trial runs the training step itself, so it lives in train/ (train/trial/): it measures, this folder
+remembers and decides.
 
 The measurement cache (store.py: one JSON file under the fasttrain cache, keyed by machine, model, data kind,
 image size, batch and torch version), the pure decisions the timed trial makes from recorded timings

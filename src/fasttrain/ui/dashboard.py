@@ -1,6 +1,6 @@
 """The training dashboard: Rich Live on a terminal, plain lines off it, or (almost) nothing with --quiet.
 
-It is a TrainListener (fasttrain.train.events): the command builds it and hands it to the run, so the
+It is a TrainListener (fasttrain.train.loop.events): the command builds it and hands it to the run, so the
 training code never imports it.
 
 The loop's on_step (update(snapshot, rec)) comes at every logged step; that stores references and
@@ -22,13 +22,13 @@ from fasttrain.core.console import is_tty
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 from fasttrain.telemetry import verdict as vd
-from fasttrain.train.events import RunEnd, StepEvent
+from fasttrain.train.loop.events import RunEnd, StepEvent
 from fasttrain.ui.dashboard_format import epoch_line, plain_line
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from fasttrain.telemetry.recorder import StepRecord
+    from fasttrain.telemetry.step_record import StepRecord
 
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
@@ -196,7 +196,7 @@ class Dashboard:
             else:
                 self._write(line)
 
-    # -- the TrainListener protocol (fasttrain.train.events): what the loop and the run tell it ----------
+    # -- the TrainListener protocol (fasttrain.train.loop.events): what the loop and the run tell it ----------
     def on_run_start(self, plan: Plan, notes: list[str]) -> None:
         for note in notes:
             self.message(f"note: {note}")

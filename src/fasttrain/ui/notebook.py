@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fasttrain.train.events import RunDisplay, RunEnd, StepEvent
+from fasttrain.train.loop.events import RunDisplay, RunEnd, StepEvent
 from fasttrain.ui.dashboard import Dashboard
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def ipython_show() -> Show:
 
 
 class NotebookDisplay:
-    """A TrainListener (train/events.py) and its own context manager: enter it around the run."""
+    """A TrainListener (train/loop/events.py) and its own context manager: enter it around the run."""
 
     def __init__(self, spec: RunDisplay, *, show: Show | None = None, clock: Callable[[], float] = time.monotonic):
         self.console = recording()

@@ -11,7 +11,7 @@ batch alone) and in the batch search (it must see the out-of-memory error itself
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -102,9 +102,14 @@ class OomBackoff:
             for p, grad in aside:
                 p.grad = grad
 
-    def restore(self, splits: int, events: list[dict[str, Any]]) -> None:
-        """A resumed run keeps the micro-batch its checkpoint trained with."""
-        self.splits, self.events = max(1, splits), list(events)
+    def state_dict(self) -> dict[str, Any]:
+        """The micro-batches per loader batch and the halvings so far, under a checkpoint's own keys."""
+        return {"micro_batch_splits": self.splits, "oom_events": list(self.events)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """A resumed run keeps the micro-batch its checkpoint trained with (a missing entry: none split)."""
+        self.splits = max(1, int(state.get("micro_batch_splits") or 1))
+        self.events = list(state.get("oom_events") or [])
 
 
 def per_parameter_updates(optimizer: torch.optim.Optimizer) -> str | None:
@@ -171,7 +176,7 @@ def take_grads(params: list[torch.Tensor]) -> list[torch.Tensor | None]:
 def give_back_grads(params: list[torch.Tensor], stash: list[torch.Tensor | None], keep_new: bool) -> None:
     """Add the stashed gradients back (new + old: IEEE addition is commutative, so the bits equal autograd's own
     old + new), or drop the new partial ones after a failure."""
-    for p, old in zip(params, stash):
+    for p, old in zip(params, stash, strict=True):
         if not keep_new or p.grad is None:
             p.grad = old
         elif old is not None:

@@ -28,16 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fasttrain.core.errors import Problem, UserError
 from fasttrain.models import saved
 from fasttrain.train.loop.weak_sink import weak_sink
-from fasttrain.train.state.checkpoint import CheckpointPolicy, load_model_state, weights_payload
+from fasttrain.train.state.checkpoint_policy import CheckpointPolicy, weights_payload
 from fasttrain.train.state.integrity import to_host
 from fasttrain.train.state.rng import restore_rng_states
-from fasttrain.train.state.run_state import Resume, RunState
+from fasttrain.train.state.run_state import RunState
 
 if TYPE_CHECKING:
-    from fasttrain.train.loop.step import StepEngine
     from fasttrain.train.parallel.ddp import DistContext
 
 SHARE = 0.02                  # of the time since the last write, at most, spent writing the next one
@@ -180,24 +178,6 @@ class Checkpointer:
         """Seconds the final write (last.pt and the model files) is expected to take: measured, or from its bytes."""
         estimate = (2 * state_bytes(model.state_dict()) + state_bytes(optimizer.state_dict())) / WRITE_BYTES_PER_S
         return max(estimate, self.write_s or 0.0)
-
-    def restore(self, engine: StepEngine, resume: Resume) -> RunState:
-        """A checkpoint's weights, optimizer, precision, schedule and back-off into the engine -> its state.
-        Weights or optimizer state that do not fit this run are a UserError naming the file."""
-        state, path = resume.state, resume.path
-        load_model_state(engine.module, state.model, path)
-        try:
-            engine.optimizer.load_state_dict(state.optimizer)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise UserError([Problem(str(path), f"its optimizer state does not fit this run ({exc})",
-                                     "resume with the same optim.optimizer as the run that wrote it")]) from exc
-        engine.precision.load_state_dict(state.scaler)
-        engine.schedule.load_state_dict(state.schedule)
-        engine.backoff.restore(state.micro_batch_splits, state.oom_events)
-        if engine.ema is not None and state.ema:
-            engine.ema.load_state_dict(state.ema)
-        self.last_good = Path(path)
-        return state
 
 
 def restore_rank_rng(state: RunState, dist: DistContext | None) -> None:

@@ -6,7 +6,8 @@ toward the trained value with the warm-up decay; integer entries (`num_batches_t
 What differs is the cost: ModelEmaV3 built the model's and the copy's state_dicts and copied every integer buffer
 on each optimizer step (resnet18: 0.6 ms of host time on a quiet CPU, over 1 ms on a busy one; 55 us now). Here the
 tensor pairs are found once, each step is one multi-tensor lerp, and integer buffers are copied only when the
-average is read (`module`, `state_dict()`). The checkpoint format is ModelEmaV3.state_dict()'s ("module."-prefixed keys), read and written.
+average is read (`module`, `state_dict()`). The checkpoint format is ModelEmaV3.state_dict()'s ("module."-prefixed
+keys), read and written.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.events import Collaborators
 
 
 def epoch_figures(lr: float, io: Collaborators, launched_at: float | None) -> dict[str, Any]:

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 from fasttrain.datasets.bundle import BadFiles
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
 from fasttrain.tuning.store import Measurement
 
 if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
-    from fasttrain.train.state.checkpoint import CheckpointPolicy
+    from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
 
 
 # What a logged step's row takes from telemetry's snapshot: the rates, and the memory held (bytes: this process and

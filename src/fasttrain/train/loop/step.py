@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from fasttrain.datasets.fast_decode import normalise_batch
 from fasttrain.models.setup import CompileGuard, prepare_model
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.loop.backoff import OomBackoff, give_back_grads, take_grads
+from fasttrain.train.loop.backoff import OomBackoff
 from fasttrain.train.loop.batches import Batch, unpack_batch, window_length
 from fasttrain.train.loop.ema import WeightAverage
-from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+from fasttrain.train.loop.forward_backward import ForwardBackward, StepSettings
+from fasttrain.train.loop.oom import is_out_of_memory
 from fasttrain.train.loop.optim import LRSchedule, build_optimizer
 from fasttrain.train.loop.outcome import StepOutcome, StepTiming
 from fasttrain.train.loop.precision import NonFiniteGuard, Precision, make_precision, total_norm
@@ -41,19 +39,7 @@ from fasttrain.train.loop.weak_sink import weak_sink
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
 
-
-
-@dataclass(frozen=True)
-class StepSettings:
-    """The plan's and the profile's choices a step needs."""
-
-    accumulation: int = 1             # loader batches per optimizer step, as planned (before any back-off)
-    channels_last: bool = False
-    non_blocking: bool = False        # pinned host memory: the copy may overlap compute
-    clip_grad_norm: float | None = None
-    label_smoothing: float = 0.0
-    device: str = "cpu"               # the plan's device ("cuda": the current CUDA device, set per rank)
-    batch_size: int | None = None     # the plan's per-device batch: its micro-batch is the size compile is for
+__all__ = ["StepEngine", "StepOutcome", "StepSettings", "Warnings"]
 
 
 class Warnings:
@@ -67,7 +53,7 @@ class Warnings:
         self.sink(text)
 
 
-class StepEngine:
+class StepEngine(ForwardBackward):
     """One model's training step and everything it owns: the module, the optimizer and LR schedule, the precision,
     the out-of-memory back-off and the non-finite guard."""
 
@@ -136,7 +122,7 @@ class StepEngine:
         accumulation = self.settings.accumulation
         window, closes = window_length(index, batches, accumulation)
         lr = self.schedule.current()
-        loss = self._retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
+        loss = self.retrying(images, targets, window, index % accumulation == 0, closes, where=(epoch, index))
         loss_ok = torch.isfinite(loss)  # kept on the device: no sync per step
         scale_before = self.precision.scale_snapshot() if measure and closes else None  # on the device: no sync
         norm = self.optimizer_step(want_norm=measure, at=(epoch, index, int(targets.shape[0]))) if closes else None
@@ -148,92 +134,18 @@ class StepEngine:
             events[2].record()
         done = time.perf_counter()
         n = int(targets.shape[0])
+        marks = (events[0], events[1], events[2]) if events else None  # copy started, copy done, compute done
         return StepOutcome(loss, loss_ok, bad, norm, closes, n, lr, self.schedule.step, self.micro_batch(n),
                            self.accumulation_steps, scale_before, self.precision.scale_snapshot() if measure else None,
-                           StepTiming(copied - started, done - copied, done, tuple(events) if events else None))
+                           StepTiming(copied - started, done - copied, done, marks))
 
     def to_device(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The copy (transfer.py: channels_last in it, a side stream on CUDA); uint8 batches (the fast decode and
         shard paths) are normalised on the device, after the 4x smaller copy, on the compute stream."""
         images, targets = self.copy(images, targets)
-        return normalise_batch(images), targets
-
-    def _retrying(self, images: torch.Tensor, targets: torch.Tensor, window: int, first_in_window: bool,
-                  sync: bool, *, where: tuple[int, int]) -> torch.Tensor:
-        """forward_backward, retried on the same data as micro-batches of half the size while it runs out of
-        memory (the effective batch and the LR stay). `first_in_window`: no earlier gradients of this
-        accumulation window to keep aside."""
-        while True:
-            stash = None if first_in_window else take_grads(self.params)
-            try:
-                loss = self.forward_backward(images, targets, window, sync)
-            except Exception as exc:
-                if not self.backoff.enabled or not is_out_of_memory(exc):
-                    raise
-                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            else:
-                if stash is not None:
-                    give_back_grads(self.params, stash, keep_new=True)
-                return loss
-            # Outside the except block: the exception and the frames holding the step's tensors are gone.
-            if stash is not None:
-                give_back_grads(self.params, stash, keep_new=False)
-            else:
-                self.optimizer.zero_grad(set_to_none=True)
-            free_device_memory(self.device)
-            self.backoff.halve(int(targets.shape[0]), self.settings.accumulation, self.schedule, where, reason)
-
-    def forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
-                         sync: bool = True) -> torch.Tensor:
-        """Loss divided by the length of its accumulation window, so the summed gradient of a window is the
-        gradient of the window's mean loss (a final short window divides by its real length). -> detached loss.
-        After a back-off the batch runs as micro-batches (same order), the loss their weighted mean.
-        sync=False (DDP, a micro-step that does not close its window): gradients are not all-reduced yet.
-        Mixup has already been applied by step()."""
-        n, splits = int(targets.shape[0]), self.backoff.splits
-        if isinstance(self.runner, CompileGuard) and self.settings.batch_size:  # the steady micro-batch is the
-            self.runner.expect(True, self.micro_batch(self.settings.batch_size))  # compiled size (a resume's too)
-        if splits <= 1 or n <= 1:
-            return self._compiled_or_eager(images, targets, window, sync)
-        parts = list(zip(images.split(math.ceil(n / splits)), targets.split(math.ceil(n / splits))))
-        total = torch.zeros((), device=targets.device)
-        for k, (part_x, part_y) in enumerate(parts):
-            share = int(part_y.shape[0]) / n
-            total += self._compiled_or_eager(part_x, part_y, window / share, sync and k == len(parts) - 1) * share
-        return total
-
-    def _compiled_or_eager(self, images: torch.Tensor, targets: torch.Tensor, window: float,
-                           sync: bool) -> torch.Tensor:
-        """The compiled graph's first backward in each mode may fail where its forward did not: redo the batch
-        eagerly then (CompileGuard warns once); later errors are the model's own."""
-        guard = self.runner if isinstance(self.runner, CompileGuard) else None
-        try:
-            loss = self._forward_backward(images, targets, window, sync)
-        except Exception as exc:
-            if guard is None or not guard.ran_compiled or guard.is_verified(self.module.training) \
-                    or is_out_of_memory(exc):
-                raise
-            guard.fall_back(exc)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = self._forward_backward(images, targets, window, sync)
-        self.compiled_step_ok()
-        return loss
-
-    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor, window: float,
-                          sync: bool) -> torch.Tensor:
-        # DDP reads no_sync() in its forward, so the context spans forward and backward.
-        local = self.top.no_sync() if not sync and hasattr(self.top, "no_sync") else nullcontext()
-        with local:
-            with self.precision.autocast():
-                logits = self.runner(images)
-            loss = self.loss(logits, targets)
-            self.precision.backward(loss / window)
-        return loss.detach()
-
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # Mixup targets are soft (already label-smoothed by timm's Mixup); plain targets get smoothing here.
-        smoothing = 0.0 if targets.dtype.is_floating_point else self.settings.label_smoothing
-        return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing)
+        normalised = normalise_batch(images)
+        assert normalised is not None  # a tensor in, a tensor out
+        return normalised, targets
 
     def optimizer_step(self, want_norm: bool = False, at: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor | None:
         """LR, unscale, clip, step, zero. Clipping must see true gradients, so the precision unscales first.
@@ -252,6 +164,27 @@ class StepEngine:
         if self.ema is not None:
             self.ema.update(self.schedule.step)
         return norm
+
+    # -- state: everything a resume needs of the engine ---------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The weights, the optimizer, the LR schedule, fp16's loss scaler, the back-off and the moving average,
+        each its own state_dict(), under the keys a checkpoint file holds them (RunState's fields of the same
+        names, state/run_state.py ENGINE_ENTRIES: the file format does not change with this object)."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(), "scaler": self.precision.state_dict(),
+                **self.backoff.state_dict(), "ema": self.ema.state_dict() if self.ema is not None else None}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """What state_dict() returned (or a checkpoint's entries), back into this engine: the next step is the
+        one the saved engine would have taken. Weights that do not fit raise torch's RuntimeError, an optimizer
+        state that does not fit its KeyError or ValueError (state/checkpoint.py names the file first)."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.precision.load_state_dict(state.get("scaler"))
+        self.schedule.load_state_dict(state["schedule"])
+        self.backoff.load_state_dict(state)
+        if self.ema is not None and state.get("ema"):  # a run without one before: the average starts as a copy
+            self.ema.load_state_dict(state["ema"])
 
     # -- around the step -----------------------------------------------------------------------------
     def drop_open_window(self) -> None:
@@ -273,18 +206,8 @@ class StepEngine:
         module as trained, through its runner)."""
         return self.ema.module if self.ema is not None else None
 
-    def compiled_step_ok(self) -> None:
-        """A whole step in the current mode ran through the compiled graph (if there is one): from now on an
-        error in this mode is the model's own, raised, not a compiler failure to fall back from."""
-        if isinstance(self.runner, CompileGuard):
-            self.runner.verified()
-
     @property
     def accumulation_steps(self) -> int:
         """Micro-batches per optimizer step now: the plan's accumulation times the back-off's splits."""
         return self.settings.accumulation * self.backoff.splits
-
-    def micro_batch(self, batch: int) -> int:
-        """The micro-batch a loader batch of `batch` samples runs as now."""
-        return math.ceil(batch / max(1, self.backoff.splits))
 

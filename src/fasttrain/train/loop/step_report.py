@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fasttrain.datasets.bundle import BadFiles
-from fasttrain.telemetry.recorder import StepRecord, Telemetry
-from fasttrain.train.events import Listeners, StepEvent
+from fasttrain.telemetry.recorder import Telemetry
+from fasttrain.telemetry.step_record import StepRecord
+from fasttrain.train.loop.events import Listeners, StepEvent
 from fasttrain.train.loop.outcome import StepOutcome
 
 

@@ -9,7 +9,7 @@ import torch
 
 from fasttrain.plan import Plan
 from fasttrain.profiles.schema import OptimSpec
-from fasttrain.train.events import Collaborators
+from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.trainer import Trainer
 
@@ -28,7 +28,7 @@ def run_synthetic_steps(plan: Plan, model: torch.nn.Module, *, image_size: int, 
     optim = optim or OptimSpec()
     engine = StepEngine.build(plan, optim, model, batches_per_epoch=warmup_steps + steps,
                               warn=warn or (lambda text: None), oom_backoff=False)
-    trainer = Trainer(engine, io=Collaborators(warn=warn or (lambda text: None)))
+    trainer = Trainer(engine, collaborators=Collaborators(warn=warn or (lambda text: None)))
     device = engine.device
     # The very loop `train --data synthetic` runs (train_epoch over SyntheticBatches, with its non-finite guard
     # and bookkeeping), so --measure differs from a real run only by what a run adds around the steps.

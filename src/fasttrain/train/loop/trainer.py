@@ -15,22 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fasttrain.train.events import Collaborators
 from fasttrain.train.loop.checkpointing import Checkpointer, restore_rank_rng
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
 from fasttrain.train.loop.divergence import check as check_divergence
 from fasttrain.train.loop.epoch_row import epoch_figures
 from fasttrain.train.loop.epoch_sums import EpochSums, take_back
+from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.heap import long_lived_objects_frozen
 from fasttrain.train.loop.norm_stats import RecentBatches
 from fasttrain.train.loop.options import LoopOptions
 from fasttrain.train.loop.outcome import Faults, FitResult, Interrupted
 from fasttrain.train.loop.step import StepEngine, StepOutcome
 from fasttrain.train.loop.step_report import PendingStep, StepReporter, pending_step
+from fasttrain.train.loop.trainer_state import TrainerState
 from fasttrain.train.loop.validation import evaluate
 from fasttrain.train.signals.stop_control import StopControl
-from fasttrain.train.state.rng import rng_states
-from fasttrain.train.state.run_state import EpochPartial, FitProgress, Position, Resume, RunExtras, RunState
+from fasttrain.train.state.run_state import EpochPartial, FitProgress, Position, RunState
 
 if TYPE_CHECKING:
     from fasttrain.train.parallel.ddp import DistContext
@@ -39,13 +39,17 @@ if TYPE_CHECKING:
 __all__ = ["FitResult", "Interrupted", "LoopOptions", "Trainer"]
 
 
-class Trainer:
-    def __init__(self, engine: StepEngine, *, io: Collaborators | None = None, options: LoopOptions = LoopOptions(),
-                 stop: GracefulStop | None = None, dist: DistContext | None = None):
+class Trainer(TrainerState):
+    """Epochs of steps over a StepEngine (this file); snapshot() and restore(), the checkpoint side, are
+    trainer_state.py's."""
+
+    def __init__(self, engine: StepEngine, *, collaborators: Collaborators | None = None,
+                 options: LoopOptions = LoopOptions(), stop: GracefulStop | None = None,
+                 dist: DistContext | None = None):
         self.engine = engine
-        self.io = io or Collaborators()
-        self.listeners = self.io.listeners()
-        self.reporter = StepReporter(self.io.telemetry, self.listeners, self.io.bad)
+        self.collaborators = collaborators or Collaborators()  # what the loop reports to and writes through
+        self.listeners = self.collaborators.listeners()
+        self.reporter = StepReporter(self.collaborators.telemetry, self.listeners, self.collaborators.bad)
         self.options = options
         self.control = StopControl(stop, options.save_every_s, dist, options.budget)
         self.dist = dist
@@ -55,7 +59,7 @@ class Trainer:
         self.batch_in_epoch = 0                # absolute index of the next batch of this epoch
         self.pass_start = 0                    # batch this pass over the epoch began at (>0 after a resume)
         self.nonfinite_total = 0
-        self.checkpoints = Checkpointer(self.io.checkpoints, self._warn)
+        self.checkpoints = Checkpointer(self.collaborators.checkpoints, self._warn)
         self.progress = FitProgress()
         self._start = Position(0, 0, 0)        # where fit() begins: a resumed checkpoint's position
         self._resumed: RunState | None = None
@@ -84,7 +88,7 @@ class Trainer:
         self._warned.add(text)
         self.notes.append(text)
         self.listeners.on_message(f"warning: {text}")
-        self.io.warn(text)
+        self.collaborators.warn(text)
 
     # -- one epoch -----------------------------------------------------------------------------------
     def train_epoch(self, loader: Iterable[Any], epoch: int, batches: int | None = None, *, first: int = 0,
@@ -93,18 +97,19 @@ class Trainer:
         `first`: index of the loader's first batch within the epoch (a resumed pass), `partial`: the
         epoch's sums up to there, from the checkpoint."""
         self.engine.train_mode(True)
-        n = first + (batches if batches is not None else len(loader))  # type: ignore[arg-type]
+        n = first + (batches if batches is not None else len(loader))  # type: ignore[arg-type]  # sized, or `batches`
         sums = EpochSums.resumed(partial, carry=self.dist is None or self.dist.is_main, device=self.engine.device)
         self.pass_start = self.batch_in_epoch = first
-        it, skips = iter(loader), skipped_so_far(self.io.bad)
+        bad = self.collaborators.bad  # the data's unreadable files so far
+        it, skips = iter(loader), skipped_so_far(bad)
         try:
             self._train_pass(it, epoch, first, n, sums)
             seen = self.batch_in_epoch * self.world   # loader batches over all ranks
             totals = sums.totals(self.dist, seen, epoch=epoch, lr=self.engine.schedule.current())
             self.nonfinite_total += int(totals["train_nonfinite_batches"]) - (partial.nonfinite if partial else 0)
-            skipped = skipped_so_far(self.io.bad) - skips  # samples lost to unreadable files: said, never a success
+            skipped = skipped_so_far(bad) - skips  # samples lost to unreadable files: said, never a success
             skipped = int(self.dist.sums(skipped)[0]) if self.dist is not None else skipped
-            check_trained(epoch, int(totals["train_images"]), skipped, n - first, self.io.bad, self.last_good)
+            check_trained(epoch, int(totals["train_images"]), skipped, n - first, bad, self.last_good)
             return totals
         finally:
             self.control.drain()
@@ -176,14 +181,14 @@ class Trainer:
         self._result = FitResult(self.progress, sanity=sanity, notes=self.notes)
         if self._resumed is not None:  # after the sanity check: the next batch sees what it saw before
             restore_rank_rng(self._resumed, self.dist)
-        if self.io.telemetry is not None:
-            self.io.telemetry.start()
+        if self.collaborators.telemetry is not None:
+            self.collaborators.telemetry.start()
         try:
             with long_lived_objects_frozen():  # no 0.2 s walk of the imports' objects mid-run (heap.py)
                 stopped_early = self._epochs(train_loader, val_loader, epochs, start, set_epoch)
         finally:
-            if self.io.telemetry is not None:
-                self.io.telemetry.stop()
+            if self.collaborators.telemetry is not None:
+                self.collaborators.telemetry.stop()
         self._result = replace(self._result, stopped_early=stopped_early, wall_s=time.perf_counter() - started)
         return self._result
 
@@ -199,18 +204,18 @@ class Trainer:
             partial = self._resumed.partial if first and self._resumed is not None else None
             row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
             row.update(self._validation_row(val_loader, epoch))
-            row.update(epoch_figures(self.engine.schedule.current(), self.io, self.options.launched_at))
+            row.update(epoch_figures(self.engine.schedule.current(), self.collaborators, self.options.launched_at))
             self.engine.schedule.epoch_end(row.get("val_loss"))
             pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
             self.batch_in_epoch = 0
-            if self.progress.add_epoch(row) and self.io.checkpoints is not None:
+            if self.progress.add_epoch(row) and self.collaborators.checkpoints is not None:
                 self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
             stopped_early = self.progress.out_of_patience(self.options.patience)
             spent = self.options.budget is not None and self.options.budget.epoch_end(  # agreed by the ranks
                 row, self.checkpoints.expected_s(self.model, self.engine.optimizer))
             stop = self.control.at_epoch_end() and epoch + 1 < epochs and not spent
             # The row first, then the save: metrics.jsonl and the display do not wait for the write (0.6 s for
-            # resnet18 + AdamW); a resume drops a row logged after its checkpoint (run/logfix.py): logs stay in step.
+            # resnet18 + AdamW); a resume drops a row logged after its checkpoint (run/log_trim.py): logs stay in step.
             self.listeners.on_epoch_end(row)
             self._checkpoint(epoch + 1, row, pass_done, epoch=epoch,
                              final=stop or stopped_early or spent or epoch + 1 >= epochs)
@@ -228,9 +233,9 @@ class Trainer:
     def _validation_row(self, loader: Iterable[Any] | None, epoch: int) -> dict[str, Any]:
         if loader is None:
             return {}
-        skips = skipped_so_far(self.io.bad)
+        skips = skipped_so_far(self.collaborators.bad)
         row = self.validate(loader, epoch=epoch + 1)
-        if note := validation_note(epoch, row, skipped_so_far(self.io.bad) - skips, self.io.bad):
+        if note := validation_note(epoch, row, skipped_so_far(self.collaborators.bad) - skips, self.collaborators.bad):
             self._warn(note)
         return row
 
@@ -239,41 +244,3 @@ class Trainer:
         engine = self.engine
         return Faults(list(engine.backoff.events), engine.micro_batch(batch), engine.accumulation_steps,
                       self.nonfinite_total, list(self.checkpoints.errors), self.last_good)
-
-    # -- state ---------------------------------------------------------------------------------------
-    def snapshot(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0) -> RunState:
-        """Everything an exact resume needs; `next_epoch` and the batch in it say where to continue.
-        `consumed_batches`: loader batches trained in the current pass (mid-epoch checkpoints). Every rank
-        calls it (the RNG states are gathered)."""
-        engine = self.engine
-        extras = self.options.extras(consumed_batches) if self.options.extras is not None else RunExtras()
-        return RunState(
-            model=self.model.state_dict(), optimizer=engine.optimizer.state_dict(), schedule=engine.schedule.state_dict(),
-            position=Position(engine.schedule.step, next_epoch, self.batch_in_epoch),
-            scaler=engine.precision.state_dict(), partial=self._partial if self.batch_in_epoch else None,
-            rng=rng_states(), rng_per_rank=self.dist.gather(rng_states()) if self.dist is not None else None,
-            metrics=row or {}, micro_batch_splits=engine.backoff.splits,
-            oom_events=list(engine.backoff.events), nonfinite_total=self.nonfinite_total,
-            ema=engine.ema.state_dict() if engine.ema is not None else None,
-            fit=FitProgress(list(self.progress.history), self.progress.best_acc1, self.progress.best_epoch,
-                            self.progress.stale), extras=extras)
-
-    def restore(self, resume: Resume) -> None:
-        """Continue from a checkpoint written by snapshot(): fit() then starts where it was written."""
-        state = self.checkpoints.restore(self.engine, resume)
-        self.nonfinite_total, self.progress = state.nonfinite_total, state.fit
-        self._start, self._resumed = state.position, state
-
-    def _checkpoint(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0, *,
-                    epoch: int | None = None, final: bool = True) -> Path | None:
-        """Snapshot the run and write last.pt (checkpointing.py): mid-epoch and `final` ones always, other epoch
-        ends (`epoch`) when the write is worth its cost. Under DDP every rank takes part in the snapshot (the RNG
-        states are gathered) and every epoch end is written, so the ranks need not agree on the clock."""
-        if self.io.checkpoints is None and self.dist is None:
-            return None
-        state = self.snapshot(next_epoch, row, consumed_batches)
-        numbered = epoch is not None and self.io.checkpoints is not None and self.io.checkpoints.numbered_due(epoch)
-        if not (final or numbered or self.dist is not None or self.checkpoints.due(state)):
-            return None
-        self.control.saved()
-        return self.checkpoints.write(state, epoch=epoch, final=final)

@@ -29,7 +29,7 @@ LAUNCH_FLAGS = {"--nproc-per-node": True, "--nnodes": True, "--node-rank": True,
                 "--rdzv-timeout": True}
 # torchrun's env contract (torch.distributed.run docs: "Definitions").
 WORKER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-# time.time() when the command that launched the workers started (run/opening.py run_started_at reads it).
+# time.time() when the command that launched the workers started (run/start_time.py run_started_at reads it).
 LAUNCHED_AT_ENV = "FASTTRAIN_LAUNCHED_AT"
 
 _argv: list[str] = []
@@ -128,7 +128,7 @@ def launch(spec: LaunchSpec, worker_args: Sequence[str], *, omp_threads: int | N
            started_at: float | None = None) -> int:
     """Run the job; -> the exit code this process should end with (0, or the first failed worker's).
     `started_at`: time.time() the command started, handed to the workers (None: they read their agent's start,
-    this process's: run/opening.run_started_at).
+    this process's: run/start_time.run_started_at).
     A rendezvous that does not form within the timeout is a UserError (exit 2) that says what to check."""
     check_spec(spec)
     if omp_threads is not None and "OMP_NUM_THREADS" not in os.environ:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fasttrain.train.state.checkpoint import BEST_FILE, CheckpointPolicy
+from fasttrain.train.state.checkpoint_policy import BEST_FILE, CheckpointPolicy
 from fasttrain.train.types import Prepared
 
 

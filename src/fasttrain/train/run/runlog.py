@@ -6,7 +6,7 @@ Layout of runs/<name>/:
   tb/              TensorBoard event files (`tensorboard --logdir runs`)
   summary.json     the final summary (what `train --json` prints)
   .lock            flock'ed by the one process writing this run (lock.py): pid, host, start time
-On resume, rows logged after the checkpoint are dropped and TensorBoard purges past its step (logfix.py).
+On resume, rows logged after the checkpoint are dropped (log_trim.py) and TensorBoard purges past its step.
 A write the disk refuses (ENOSPC) warns once per file and the run goes on (checkpoints are still tried).
 Checkpoints are written next to these by the loop.
 
@@ -32,7 +32,8 @@ from fasttrain.core.diskspace import disk_full, disk_write_error
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.files import write_text_atomic
 from fasttrain.train.run.lock import RunLock
-from fasttrain.train.run.logfix import quiet_writer_threads, truncate_metrics
+from fasttrain.train.run.log_trim import truncate_metrics
+from fasttrain.train.run.writer_threads import quiet_writer_threads
 from fasttrain.train.state.run_state import Position
 
 METRICS_FILE = "metrics.jsonl"

@@ -128,6 +128,6 @@ def final_verdict(prep: Prepared, telemetry: Telemetry | None, run_s: float | No
     if telemetry is None:
         return None
     from fasttrain.telemetry.verdict import assess
-    from fasttrain.train.run.opening import input_gain, measured_here
+    from fasttrain.train.run.earlier_measurements import input_gain, measured_here
     verdict = assess(telemetry.snapshot(), prep.plan, prep.report, measured_here(prep), input_gain(prep), run_s)
     return None if verdict.kind == "warming-up" else verdict.text

@@ -1,5 +1,6 @@
-"""The arguments a run trains with: the command line checked, a resumed run's own arguments filled in, the
-flags that set profile values, and a run folder that can be written.
+"""The arguments a run trains with: `fasttrain train`'s parameters (or fasttrain.train()'s keywords) as a TrainArgs,
+checked, a resumed run's own arguments filled in, the flags that set profile values, and a run folder that can be
+written.
 
 --resume: the checkpoint's own arguments (model, data, profile, seed, ...) fill every flag not given again, so
 `fasttrain train --resume runs/NAME` alone continues the same run (state/resume.py finds the checkpoint).
@@ -7,18 +8,68 @@ A torchrun worker (parallel/launch.py) drops the launch flags: torchrun already 
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.plan import check_image_size
 from fasttrain.train.parallel.launch import check_spec, world_flags
 from fasttrain.train.state.run_state import RESUMED_FIELDS, Resume
-from fasttrain.train.types import LaunchSpec, TrainArgs, WorkerWorld
+from fasttrain.train.types import LaunchSpec, TrainArgs, WorkerWorld, parse_batch_size
+
+if TYPE_CHECKING:
+    from fasttrain.core.given import GivenInputs
+
+# `fasttrain train`'s parameters that are not a TrainArgs field of the same name: the launch flags (one LaunchSpec)
+# and --json (TrainArgs.json: `json` is not a Python parameter name the command can take).
+LAUNCH_PARAMS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout")
+RENAMED = {"as_json": "json"}
+NOT_PARAMS = ("launch", "explicit", "inputs")  # TrainArgs fields no flag sets directly
+
+
+def train_args(values: Mapping[str, Any], explicit: set[str] | None = None,
+               inputs: GivenInputs | None = None) -> TrainArgs:
+    """`fasttrain train`'s parameters, by the command's own parameter names, as a TrainArgs: the one place flags
+    become fields, for the command (its parsed flags) and for fasttrain.train() (its keywords, checked against the
+    same flags' types, defaults and checks: api/keywords.py). A parameter left out takes TrainArgs' default.
+    `explicit`: the parameters given (they win over a resumed checkpoint's); `inputs`: the Python objects of an API
+    call. A parameter with no field is a TypeError: a new flag needs its TrainArgs field (tests/test_api.py)."""
+    fields = {f.name for f in dataclasses.fields(TrainArgs)} - set(NOT_PARAMS)
+    unknown = sorted(set(values) - fields - set(RENAMED) - set(LAUNCH_PARAMS))
+    if unknown:
+        raise TypeError(f"train_args: no TrainArgs field for {unknown}")
+    given = set(explicit or ())
+    kw = {RENAMED.get(k, k): v for k, v in values.items() if k not in LAUNCH_PARAMS}
+    kw["sets"] = list(kw.get("sets") or [])
+    if kw.get("runs_dir") is not None:
+        kw["runs_dir"] = Path(kw["runs_dir"])
+    if kw.get("batch_size") is not None:
+        kw["batch_size"] = parse_batch_size(kw["batch_size"])
+    if isinstance(kw.get("time_budget"), str):
+        from fasttrain.train.setup.budget_args import parse_duration
+        kw["time_budget"] = parse_duration(kw["time_budget"])
+    return TrainArgs(**kw, launch=_launch_spec(values, given), explicit=given, inputs=inputs)
+
+
+def _launch_spec(values: Mapping[str, Any], given: set[str]) -> LaunchSpec | None:
+    """--nproc-per-node N [--nnodes M --node-rank R --rdzv-endpoint H:P --rdzv-timeout S] as one LaunchSpec."""
+    multi = sorted(set(LAUNCH_PARAMS[1:]) & given)
+    if values.get("nproc_per_node") is None:
+        if multi:
+            raise UserError([Problem("--" + multi[0].replace("_", "-"), "only means something with "
+                                     "--nproc-per-node", "add --nproc-per-node N (processes on this machine)")])
+        return None
+    defaults = LaunchSpec(1)
+    return LaunchSpec(values["nproc_per_node"], values.get("nnodes", defaults.nnodes),
+                      values.get("node_rank", defaults.node_rank), values.get("rdzv_endpoint"),
+                      values.get("rdzv_timeout", defaults.rdzv_timeout_s))
 
 
 def final_args(args: TrainArgs, world: WorkerWorld | None) -> tuple[TrainArgs, Resume | None]:
@@ -124,10 +175,8 @@ def check_runs_dir(target: Path) -> None:
             from None
     finally:
         for folder in reversed(made):
-            try:
+            with contextlib.suppress(OSError):
                 folder.rmdir()
-            except OSError:
-                pass
 
 
 def _check_launch(spec: LaunchSpec, world: WorkerWorld | None) -> None:

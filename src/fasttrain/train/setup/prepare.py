@@ -40,7 +40,7 @@ def probe() -> HardwareReport:
 def choose_profile(args: TrainArgs, report: HardwareReport) -> tuple[str, str]:
     if args.profile:
         return args.profile, "--profile"
-    from fasttrain.profiles.recommend import best_preset
+    from fasttrain.profiles.preset_match import best_preset
     name = best_preset(report)
     return name, "fits this machine (fasttrain.profiles.recommend.best_preset)"
 

@@ -5,7 +5,8 @@ POSIX within one file system), then the directory is fsynced so the rename survi
 sees the old checkpoint or the new one, never half of one. Content is everything an exact resume needs: model,
 optimizer, GradScaler, LR schedule, epoch and batch inside it, sampler state, RNG states (rng.py), the resolved
 profile and versions. A save that fails (a full disk: ENOSPC) leaves the previous file in place; CheckpointPolicy
-says so and the run goes on. Stale temporary files (a process killed mid-save) are removed after the next good save.
+(checkpoint_policy.py: which files a run keeps) says so and the run goes on. Stale temporary files (a process
+killed mid-save) are removed after the next good save.
 Every file carries a SHA-256 of its content (integrity.py); load() verifies it and the types of the fields a resume
 reads, so a flipped byte or an edited field is refused like a truncated file, naming the previous good checkpoint.
 An entry kept once in model.safetensors (models/saved.py: a reference and that file's SHA-256) is read from there.
@@ -15,17 +16,17 @@ before the rename that replaces a checkpoint, so a test can kill the process in 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fasttrain.core.diskspace import disk_full, disk_write_error
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.models import saved
 from fasttrain.train.state.integrity import NO_CHECKSUM, schema_problem, to_host, verify_checksum, with_checksum
@@ -136,21 +137,34 @@ def load(path: Path, *, hint: bool = True, complete: bool = False) -> dict[str, 
     return payload
 
 
-def load_model_state(model: torch.nn.Module, state: dict[str, Any] | None, path: Path) -> None:
-    """Copy weights (a checkpoint's "model"), refusing (with every differing tensor named) when shapes or names
-    do not match."""
-    if not isinstance(state, dict):
+@contextlib.contextmanager
+def fitting_this_run(path: Path, model: torch.nn.Module, weights: object) -> Iterator[None]:
+    """Around loading checkpoint `path`'s state into this run (StepEngine.load_state_dict): weights that do not fit
+    `model` (checked first, every differing tensor named) or an optimizer state that does not fit the run's
+    optimizer are a UserError naming the file and the fix."""
+    if not isinstance(weights, dict):
         raise UserError([Problem(str(path), "the checkpoint holds no model weights")])
     own = model.state_dict()
     problems = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-                for k, v in state.items() if k in own and hasattr(v, "shape") and v.shape != own[k].shape]
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
+                for k, v in weights.items() if k in own and hasattr(v, "shape") and v.shape != own[k].shape]
+    missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
     if problems or missing or unexpected:
-        detail = "; ".join(problems[:3] + [f"missing {k}" for k in missing[:2]] + [f"unexpected {k}" for k in unexpected[:2]])
+        detail = "; ".join(problems[:3] + [f"missing {k}" for k in missing[:2]] +
+                           [f"unexpected {k}" for k in unexpected[:2]])
         raise UserError([Problem(str(path), f"the checkpoint does not fit this model ({detail})",
                                  "use the same --model and --num-classes as the run that wrote it")])
-    model.load_state_dict(state)
+    try:
+        yield
+    except (KeyError, ValueError, TypeError) as exc:  # what torch's Optimizer.load_state_dict raises
+        raise UserError([Problem(str(path), f"its optimizer state does not fit this run ({exc})",
+                                 "resume with the same optim.optimizer as the run that wrote it")]) from exc
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, Any] | None, path: Path) -> None:
+    """Copy weights (a checkpoint's "model") into `model`, refusing (with every differing tensor named) when shapes
+    or names do not match."""
+    with fitting_this_run(path, model, state):
+        model.load_state_dict(state or {})
 
 
 def peek_position(path: Path) -> Position | None:
@@ -220,71 +234,4 @@ def _previous_hint(path: Path, complete: bool = False) -> str:
         "no other good checkpoint in that folder"
 
 
-class CheckpointPolicy:
-    """The files a run keeps: last.pt (where the run stands: everything a resume needs; none with `keep_last`
-    False), the model files (model.safetensors + model.json: the best weights, the run's one copy of them),
-    epoch_N.pt every N epochs (`--save-every`, kept). When they are written is the loop's choice
-    (train/loop/checkpointing.py). Each replaces its old file only once the new one is complete. A save that fails
-    for lack of disk keeps the old file and adds a line to `errors` (the run goes on: losing a checkpoint is better
-    than losing the run). `model_meta`: model.json's fields but the epoch's (train/run/export.py)."""
-
-    def __init__(self, directory: Path, every_epochs: int | None = None, *, keep_last: bool = True,
-                 model_meta: dict[str, Any] | None = None):
-        self.directory = Path(directory)
-        self.every_epochs = every_epochs
-        self.keep_last = keep_last
-        self.model_meta = model_meta
-        self.errors: list[str] = []
-        self.slow_save_s = test_slow_save_seconds()  # checked here, before training starts
-
-    def _save(self, name: str, write: Callable[[Path], Path]) -> Path | None:
-        path = self.directory / name
-        try:
-            written = write(path)
-        except Exception as exc:
-            if not disk_write_error(exc):
-                raise
-            full = disk_full(exc)
-            cause = f"the disk is full ({full})" if full else str(exc).splitlines()[0][:200]
-            kept = f"the previous {name} is kept" if path.is_file() else f"no {name} was written before"
-            self.errors.append(f"could not save checkpoint {path}: {cause}; {kept}")
-            return None
-        prune_stale_temporaries(self.directory)
-        return written
-
-    def save_last(self, payload: dict[str, Any]) -> Path | None:
-        if not self.keep_last:
-            return None
-        return self._save("last.pt", lambda path: save_atomic(payload, path, slow_save_s=self.slow_save_s))
-
-    def save_model(self, weights: dict[str, Any]) -> Path | None:
-        """The model files from a weights_payload(); a best.pt of an earlier fasttrain, superseded, is removed."""
-        meta = None if self.model_meta is None else {**self.model_meta, "from": weights["from"],
-                                                     "epoch": weights["epoch"], "val_acc1": weights["val_acc1"]}
-        written = self._save(saved.WEIGHTS_FILE, lambda path: saved.save_trained(path.parent, weights["model"], meta))
-        if written is not None:
-            (self.directory / BEST_FILE).unlink(missing_ok=True)
-        return written
-
-    def numbered_due(self, epoch: int) -> bool:
-        """--save-every N asks for epoch_N.pt after epoch `epoch` (0-based)."""
-        return bool(self.every_epochs) and (epoch + 1) % (self.every_epochs or 1) == 0
-
-    def save_numbered(self, payload: dict[str, Any], epoch: int) -> Path | None:
-        """epoch_N.pt after epoch `epoch` (0-based) when --save-every N asks for it; else None."""
-        if not self.numbered_due(epoch):
-            return None
-        return self._save(f"epoch_{epoch + 1:04d}.pt", lambda path: save_atomic(payload, path,
-                                                                                slow_save_s=self.slow_save_s))
-
-
-BEST_FILE = "best.pt"        # the best weights as an earlier fasttrain kept them (model.safetensors now)
 WEIGHTS_KIND = "weights"   # a checkpoint's "kind" when it holds weights only (best.pt): not a resume point
-
-
-def weights_payload(model: dict[str, Any], *, epoch: int, val_acc1: float | None,
-                    best: bool = True) -> dict[str, Any]:
-    """Weights for the model files (`best`: of the best epoch; else the last, when no epoch was validated); as
-    best.pt held them, a file plain `torch.load` (weights_only=True) opens: tensors, numbers and strings."""
-    return {"kind": WEIGHTS_KIND, "model": model, "epoch": epoch, "val_acc1": val_acc1,
-            "from": "best epoch" if best else "last epoch"}

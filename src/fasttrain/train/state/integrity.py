@@ -127,7 +127,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "versions": ((dict,), False),
 }
 _NESTED: dict[str, dict[str, tuple[type, ...]]] = {
-    "fit": {"history": (list,), "stale": (int,), "best_epoch": (int, type(None)), "best_acc1": (float, int, type(None))},
+    "fit": {"history": (list,), "stale": (int,), "best_epoch": (int, type(None)),
+            "best_acc1": (float, int, type(None))},
     "schedule": {"step": (int,)},
 }
 

@@ -159,7 +159,8 @@ _NONE = type(None)
 # The types a checkpoint's saved arguments must have (TrainArgs' fields of the same names).
 _ARG_TYPES: dict[str, tuple[type, ...]] = {
     "profile": (str, _NONE), "model": (str, _NONE), "data": (str,), "epochs": (int, _NONE), "sets": (list,),
-    "pretrained": (bool,), "weights": (str, _NONE), "seed": (int,), "image_size": (int, _NONE), "num_classes": (int, _NONE),
+    "pretrained": (bool,), "weights": (str, _NONE), "seed": (int,), "image_size": (int, _NONE),
+    "num_classes": (int, _NONE),
     "save_every": (int, _NONE), "strict_data": (bool,), "on_nan": (str,), "save_every_minutes": (int, float, _NONE),
     "batch_size": (int, str, _NONE), "time_budget": (int, float, _NONE), "deadline": (str, _NONE),
     "max_cost": (int, float, _NONE)}

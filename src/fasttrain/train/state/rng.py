@@ -1,11 +1,20 @@
-"""The RNG states a checkpoint keeps for an exact resume: Python's, numpy's and torch's, and on CUDA the state of
-the device this process trains on."""
+"""The run's random numbers: seeded once at its start (seed_everything), and the RNG states a checkpoint keeps for
+an exact resume: Python's, numpy's and torch's, and on CUDA the state of the device this process trains on."""
 from __future__ import annotations
 
 import random
 from typing import Any
 
 import torch
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, numpy's and torch's generators from `seed` (numpy takes 32 bits): the same initial weights and
+    data order on every rank and in every run with this seed."""
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 def rng_states() -> dict[str, Any]:

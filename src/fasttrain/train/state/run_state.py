@@ -18,8 +18,12 @@ from typing import Any
 
 # The fields of TrainArgs a checkpoint keeps (its "args" entry), so `--resume` without them repeats the run.
 RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "weights", "seed", "image_size",
-                  "num_classes", "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size", "time_budget",
-                  "deadline", "max_cost")
+                  "num_classes", "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size",
+                  "time_budget", "deadline", "max_cost")
+
+
+# StepEngine.state_dict()'s keys (loop/step.py): RunState's fields of the same names, the payload's keys too.
+ENGINE_ENTRIES = ("model", "optimizer", "schedule", "scaler", "micro_batch_splits", "oom_events", "ema")
 
 
 def _whole(value: object) -> int:
@@ -171,6 +175,10 @@ class RunState:
                              payload.get("profile"), payload.get("budget_used_s"), payload.get("clock_s"),
                              payload.get("saved_at")),
         )
+
+    def engine_state(self) -> dict[str, Any]:
+        """What StepEngine.load_state_dict() takes: the ENGINE_ENTRIES of this state."""
+        return {name: getattr(self, name) for name in ENGINE_ENTRIES}
 
     def saved_split(self) -> tuple[int, int] | None:
         """The (micro-batch, accumulation) the run trained with, when its plan recorded them."""
