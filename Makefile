@@ -19,7 +19,11 @@ demo: $(STAMP)
 
 # Two test processes even on a 2-core machine: much of the suite waits on child processes (torch's import, a
 # subprocess's start), so two workers overlap that waiting; more than 4 would only oversubscribe the training tests.
+# ruff and mypy first (seconds, configured in pyproject.toml): a lint or type error fails the target before the
+# minutes of pytest, and CI (.ci/run runs `make test`) fails with it.
 test: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n logical --maxprocesses 4
 
 bench: $(STAMP)

@@ -10,6 +10,7 @@ Its trailing `# comment` belongs to it, and so do the lines right below it that 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -137,10 +138,8 @@ def run_capped(args: list[str], cwd: Path, env: dict[str, str], cap_s: float,
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         finally:
-            try:                                                 # no stray grandchild (DDP workers) survives
+            with contextlib.suppress(ProcessLookupError):  # no stray grandchild (DDP workers) survives
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     out = log.read_text(encoding="utf-8", errors="replace")
     log.unlink()
     return Outcome(["fasttrain", *args], proc.returncode, out, time.monotonic() - start, capped)

@@ -52,7 +52,7 @@ def broken_words(lines: list[str], vocabulary: Iterable[str] = ()) -> list[str]:
         below_rules, bottom = _cells(lower)
         if rules != below_rules:
             continue
-        for a, b in zip(top, bottom):
+        for a, b in zip(top, bottom, strict=True):  # the same rules: the same cells
             tail, head = TAIL.search(a), HEAD.search(b)
             if not tail or not head:
                 continue

@@ -155,7 +155,7 @@ def test_auto_batch_runs_once_then_hits_the_cache(tmp_path, monkeypatch) -> None
     ran: list[int] = []
     cache = tmp_path / "batch_cache.json"
     plan = cpu_plan(batch=32, accumulation=2)  # 64 samples per optimizer step
-    kwargs = dict(num_classes=4, path=cache, max_batch=256, model_factory=lambda: Thresholded(20, ran))
+    kwargs = {"num_classes": 4, "path": cache, "max_batch": 256, "model_factory": lambda: Thresholded(20, ran)}
     first = bs.auto_batch(plan, "thresholded", 16, **kwargs)
     batch, accumulation, message = first.batch, first.accumulation, first.message
     assert (batch, accumulation) == (16, 4)  # 18 fits with the margin -> 4 x 16 = 64

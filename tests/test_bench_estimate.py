@@ -29,10 +29,21 @@ def test_reference_rows_parse_every_published_row(accuracy) -> None:
     assert {r.image_size for r in rows} == {224, 256, 288, 380}       # efficientnet_b2/b3/b4 at their sizes
     # the splits the cross-validation leaves out: several GPUs, model families and sources
     single = [r for r in rows if r.num_gpus == 1]
-    assert {r.gpu_model for r in single} >= {"V100 SXM2", "A100 SXM4", "H100 SXM5", "RTX 3090", "RTX 4090", "A10 (datasheet)"}
+    assert {r.gpu_model for r in single} >= {
+        "V100 SXM2",
+        "A100 SXM4",
+        "H100 SXM5",
+        "RTX 3090",
+        "RTX 4090",
+        "A10 (datasheet)",
+    }
     assert {r.family for r in single} >= {"resnet", "efficientnet", "mobilenet", "vit", "resnext"}
-    assert {r.source_group for r in single} == {"DeepLearningExamples 2022", "DeepLearningExamples 2020", "timm",
-                                                "Lambda"}
+    assert {r.source_group for r in single} == {
+        "DeepLearningExamples 2022",
+        "DeepLearningExamples 2020",
+        "timm",
+        "Lambda",
+    }
 
 
 def test_tiny_run_prints_every_section_and_fails_loudly_only_with_reasons(accuracy, tmp_path, capsys) -> None:
@@ -52,6 +63,7 @@ def test_tiny_run_prints_every_section_and_fails_loudly_only_with_reasons(accura
 
 def test_shipped_calibration_says_how_it_was_fitted() -> None:
     from fasttrain.estimate import calibration
+
     c = calibration.load()
     assert c["gpu_fit"]["rows"] == 100 and c["gpu_fit"]["share_within_1.5x"] >= 0.8
     assert "method" in c["cpu_fit"] and c["cpu_fit"]["fitted_on"]
@@ -61,12 +73,13 @@ def test_shipped_calibration_says_how_it_was_fitted() -> None:
 
 def test_measurements_last_about_the_same_time_whatever_the_model(accuracy) -> None:
     steps_for = accuracy.cpu_fit.steps_for
-    assert steps_for(0.4, seconds=2.0) == 5          # a ResNet-50 step: 5 steps for 2 s
+    assert steps_for(0.4, seconds=2.0) == 5  # a ResNet-50 step: 5 steps for 2 s
     assert steps_for(10.0) == accuracy.cpu_fit.MIN_STEPS
     assert steps_for(1e-4) == accuracy.cpu_fit.MAX_STEPS
 
 
 def test_cpu_ceiling_measures_the_small_conv_cost_quickly() -> None:
     from fasttrain.estimate import cpu_ceiling
+
     c = cpu_ceiling.measure(1, "float32", True)
     assert c.conv_weight_s_per_byte >= 0 and c.matmul_flops > 0 and c.seconds < 3

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from fasttrain.train.loop import checkpointing as cp
-from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state import checkpoint_policy as policies
 from fasttrain.train.state.integrity import to_host
 

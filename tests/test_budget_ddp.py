@@ -139,7 +139,7 @@ class TwoRankVote:
     def post(self, *values: int) -> tuple[int, ...] | None:
         theirs = self.other.pop(0)
         agreed = None if self.previous is None else tuple(max(a, b) for a, b in zip(self.previous[0],
-                                                                                     self.previous[1]))
+                                                                                     self.previous[1], strict=True))
         self.previous = (values, theirs)
         return agreed
 

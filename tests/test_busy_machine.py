@@ -4,6 +4,7 @@ The rule on fixed readings; the reader against real competing processes; doctor 
 load the issue measured; the plain dashboard's verdict line."""
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
@@ -81,13 +82,11 @@ def test_the_reader_sees_two_competing_processes() -> None:
         time.sleep(2.0)
         sample = reader()
         window = time.monotonic() - started
-        burners = sum(sum(p.cpu_times()[:2]) - b for p, b in zip(procs, before)) / window
+        burners = sum(sum(p.cpu_times()[:2]) - b for p, b in zip(procs, before, strict=True)) / window
     finally:
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     assert burners > 0.1, burners  # they ran
     others = sample.get("cpu_others_cores")
     assert others is not None and others >= 0.75 * burners, (others, burners)

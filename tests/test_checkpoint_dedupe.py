@@ -62,7 +62,7 @@ def _same_run(a: dict, b: dict) -> None:
     """Two last.pt payloads of the same run at the same point, bit for bit: weights, optimizer, moving average."""
     assert a["epoch"] == b["epoch"] and _same(a["model"], b["model"]) and _same(a["ema"], b["ema"])
     assert len(_tensors(a["optimizer"])) == len(_tensors(b["optimizer"])) > 8
-    assert all(torch.equal(x, y) for x, y in zip(_tensors(a["optimizer"]), _tensors(b["optimizer"])))
+    assert all(torch.equal(x, y) for x, y in zip(_tensors(a["optimizer"]), _tensors(b["optimizer"]), strict=True))
 
 
 def _tensor_sets(run: Path) -> dict[str, dict[str, torch.Tensor]]:

@@ -10,13 +10,24 @@ from conftest import run_subprocess
 HEAVY = ("torch", "timm", "torchvision")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["predict", "--help"], ["profiles", "list"], ["profiles", "show", "aws-a10g"],
-                                  ["profiles", "validate", "cpu"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["predict", "--help"],
+        ["profiles", "list"],
+        ["profiles", "show", "aws-a10g"],
+        ["profiles", "validate", "cpu"],
+    ],
+)
 def test_fast_commands_do_not_import_torch(args: list[str]) -> None:
-    code = ("import sys\nfrom fasttrain.cli import main\n"
-            f"rc = main({args!r})\n"
-            f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-            "print('HEAVY', heavy)\nsys.exit(rc)")
+    code = (
+        "import sys\nfrom fasttrain.cli import main\n"
+        f"rc = main({args!r})\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print('HEAVY', heavy)\nsys.exit(rc)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout
@@ -35,9 +46,19 @@ def test_unknown_command_is_usage_error() -> None:
     assert "Traceback" not in proc.stderr
 
 
-HELP_COMMANDS = [[], ["train"], ["estimate"], ["doctor"], ["profiles", "list"], ["profiles", "show"],
-                 ["profiles", "validate"], ["bench", "speedups"], ["bench", "batch"], ["bench", "loader"],
-                 ["bench", "compare"]]
+HELP_COMMANDS = [
+    [],
+    ["train"],
+    ["estimate"],
+    ["doctor"],
+    ["profiles", "list"],
+    ["profiles", "show"],
+    ["profiles", "validate"],
+    ["bench", "speedups"],
+    ["bench", "batch"],
+    ["bench", "loader"],
+    ["bench", "compare"],
+]
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "root")
@@ -78,19 +99,26 @@ def test_shell_completion_is_offered_without_importing_torch() -> None:
     without importing torch or timm."""
     import os
 
-    code = ("import sys\nfrom fasttrain.cli import main\n"
-            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as exc:\n    rc = exc.code or 0\n"
-            f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-            "print('HEAVY', heavy)\nsys.exit(rc)")
+    code = (
+        "import sys\nfrom fasttrain.cli import main\n"
+        "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as exc:\n    rc = exc.code or 0\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print('HEAVY', heavy)\nsys.exit(rc)"
+    )
     env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-    show = subprocess.run([sys.executable, "-c", code, "--show-completion", "bash"], capture_output=True, text=True,
-                          timeout=60, env=env)
+    show = subprocess.run(
+        [sys.executable, "-c", code, "--show-completion", "bash"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert show.returncode == 0, show.stderr
     assert "_fasttrain_completion" in show.stdout and "_FASTTRAIN_COMPLETE" in show.stdout
     assert "HEAVY []" in show.stdout
-    tab = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**env, "_FASTTRAIN_COMPLETE": "complete_bash", "COMP_WORDS": "fasttrain bench ",
-                              "COMP_CWORD": "2"})
+    tab = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "_FASTTRAIN_COMPLETE": "complete_bash", "COMP_WORDS": "fasttrain bench ", "COMP_CWORD": "2"},
+    )
     assert tab.returncode == 0, tab.stderr
     assert {"speedups", "batch", "loader", "compare"} <= set(tab.stdout.split())
     assert "HEAVY []" in tab.stdout
@@ -104,13 +132,17 @@ def test_root_help_lists_the_completion_options(capsys: pytest.CaptureFixture[st
     assert "--install-completion" in out and "--show-completion" in out
 
 
-@pytest.mark.parametrize("args, where", [
-    (["profiles", "show", "no-such-preset", "--json"], "profile"),
-    (["train", "--json", "--profile", ""], "--profile"),
-    (["train", "--json", "--epochs", "abc"], "--epochs"),     # a usage error of click's, not a UserError
-])
-def test_errors_under_json_are_a_json_object_on_stdout(args: list[str], where: str,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args, where",
+    [
+        (["profiles", "show", "no-such-preset", "--json"], "profile"),
+        (["train", "--json", "--profile", ""], "--profile"),
+        (["train", "--json", "--epochs", "abc"], "--epochs"),  # a usage error of click's, not a UserError
+    ],
+)
+def test_errors_under_json_are_a_json_object_on_stdout(
+    args: list[str], where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Under --json an error was plain text only: now stdout carries {"error": {...}}; stderr keeps the reason."""
     import json
 
@@ -139,8 +171,13 @@ def test_json_error_values_stay_valid_json() -> None:
     from fasttrain import cli
     from fasttrain.core.errors import Problem, UserError
 
-    exc = UserError([Problem("--x", "bad", "fix it", float("nan")), Problem("--y", "big", "", 10**5000),
-                     Problem("--z", "long", "", "v" * 500)])
+    exc = UserError(
+        [
+            Problem("--x", "bad", "fix it", float("nan")),
+            Problem("--y", "big", "", 10**5000),
+            Problem("--z", "long", "", "v" * 500),
+        ]
+    )
     rows = cli._user_error_problems(exc)
     json.loads(json.dumps(rows, allow_nan=False))
     assert rows[0]["value"] == "nan" and len(rows[2]["value"]) <= 83
@@ -148,12 +185,14 @@ def test_json_error_values_stay_valid_json() -> None:
 
 def test_a_torchrun_worker_leaves_with_its_output_and_exit_handlers_but_no_teardown() -> None:
     """cli.leave_worker: exit handlers run and buffered output reaches the pipe before the process ends at once."""
-    script = ("import atexit, sys\n"
-              "from fasttrain.cli import leave_worker\n"
-              "atexit.register(lambda: print('exit handler ran'))\n"
-              "print('summary written', end='')\n"
-              "leave_worker(3)\n"
-              "print('never reached')\n")
+    script = (
+        "import atexit, sys\n"
+        "from fasttrain.cli import leave_worker\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        "print('summary written', end='')\n"
+        "leave_worker(3)\n"
+        "print('never reached')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "summary writtenexit handler ran\n"
@@ -162,6 +201,7 @@ def test_a_torchrun_worker_leaves_with_its_output_and_exit_handlers_but_no_teard
 def test_version_names_the_installed_package() -> None:
     """There was no `fasttrain --version` (issue 25)."""
     from importlib.metadata import version
+
     proc = run_subprocess("--version")
     assert proc.returncode == 0 and proc.stdout.startswith(f"fasttrain {version('fasttrain')} (Python ")
 

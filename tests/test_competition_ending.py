@@ -7,6 +7,7 @@ from pathlib import Path
 from image_tree import write_png
 
 from fasttrain.datasets.data_source import submission_inputs
+from fasttrain.train.run.summary import RunSummary
 from fasttrain.ui.ending import ending_lines
 
 
@@ -39,9 +40,10 @@ def test_nothing_without_a_sample_a_test_folder_or_a_table(tmp_path: Path) -> No
 def test_the_ending_suggests_the_submission_command(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r 1"
     base = {"run_dir": str(run), "model_files": "model.safetensors + model.json", "epochs_run": 1}
-    plain = [line for line in ending_lines(base) if line.startswith("predict")]
+    plain = [line for line in ending_lines(RunSummary.from_json(base)) if line.startswith("predict")]
     assert plain == [f"predict          fasttrain predict '{run}' --data DIR"]
     comp = {"test_images": "comp/test_images", "sample_submission": "comp/sample submission.csv"}
-    lines = [line for line in ending_lines({**base, "submission_inputs": comp}) if line.startswith("predict")]
+    competition = RunSummary.from_json({**base, "submission_inputs": comp})
+    lines = [line for line in ending_lines(competition) if line.startswith("predict")]
     assert lines == [(f"predict          fasttrain predict '{run}' --data comp/test_images --out submission.csv "
                       "--sample-submission 'comp/sample submission.csv'")]

@@ -26,7 +26,7 @@ def test_a_first_step_out_of_memory_keeps_compile_and_halves_the_batch(monkeypat
     monkeypatch.setattr(ms.torch, "compile", compiled_with_a_memory_limit)
     plan, profile = cpu_plan(optim={"optimizer": "sgd", "schedule": "constant"}, speed={"compile": True})
     warnings: list[str] = []
-    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2, 
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=2,
                            collaborators=Collaborators(warn=warnings.append))
     gen = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 12, generator=gen), torch.randint(0, 3, (4,), generator=gen)) for _ in range(2)]

@@ -42,7 +42,7 @@ def test_short_batches_run_eager_instead_of_recompiling(graphs: list[str]) -> No
     plan, profile = cpu_plan(loader={"batch_size": 8, "num_workers": 0, "image_size": 16},
                              optim={"optimizer": "sgd", "schedule": "constant"}, speed={"compile": True})
     warnings: list[str] = []
-    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=4, 
+    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=4,
                            collaborators=Collaborators(warn=warnings.append))
     trainer.train_epoch(_batches([8, 8, 5, 8]), epoch=0)  # batch 3 lost 3 unreadable files
     trainer.validate(_batches([8, 8, 3]))                 # the last validation batch is short

@@ -37,7 +37,7 @@ def _train(net: torch.nn.Module, opt: torch.optim.Optimizer, steps: int, seed: i
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("ours,theirs", [(DenseAdamW, torch.optim.AdamW), (DenseAdam, torch.optim.Adam)])
@@ -51,7 +51,7 @@ def test_bit_identical_to_torchs_fused_step(ours: type, theirs: type) -> None:
     _train(ref, ref_opt, 4)
     assert not _same(mine, _net())  # it trained
     assert _same(mine, ref)
-    for p, q in zip(mine.parameters(), ref.parameters()):
+    for p, q in zip(mine.parameters(), ref.parameters(), strict=True):
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(opt.state[p][key], ref_opt.state[q][key]), key
         assert opt.state[p]["exp_avg"].stride() == p.stride()  # moments keep the weight's layout
@@ -122,7 +122,7 @@ def test_what_the_copy_free_step_does_not_cover_goes_to_torchs_own_step(kwargs: 
 @pytest.mark.parametrize("momentum,nesterov,decay", [(0.9, True, 5e-4), (0.9, False, 0.0), (0.0, False, 5e-4)])
 def test_sgd_bit_identical_to_torchs_fused_step(momentum: float, nesterov: bool, decay: float) -> None:
     mine, ref = _net(), _net()
-    kw = dict(lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=decay, fused=True)
+    kw = {"lr": 0.05, "momentum": momentum, "nesterov": nesterov, "weight_decay": decay, "fused": True}
     opt, ref_opt = DenseSGD(mine.parameters(), **kw), torch.optim.SGD(ref.parameters(), **kw)
     _train(mine, opt, 4)
     _train(ref, ref_opt, 4)
@@ -133,19 +133,26 @@ def test_sgd_bit_identical_to_torchs_fused_step(momentum: float, nesterov: bool,
         assert opt.state[conv]["momentum_buffer"].stride() == conv.stride()
         back = torch.optim.SGD(_net().parameters(), **kw)
         back.load_state_dict(opt.state_dict())  # ours into torch's class: the same state
-        assert torch.equal(back.state_dict()["state"][0]["momentum_buffer"], opt.state_dict()["state"][0]["momentum_buffer"])
+        momentum = opt.state_dict()["state"][0]["momentum_buffer"]
+        assert torch.equal(back.state_dict()["state"][0]["momentum_buffer"], momentum)
 
 
-@pytest.mark.parametrize("ours,theirs,kw", [(DenseAdamW, torch.optim.AdamW, {"lr": 1e-3}),
-                                            (DenseSGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9})])
+@pytest.mark.parametrize(
+    "ours,theirs,kw",
+    [(DenseAdamW, torch.optim.AdamW, {"lr": 1e-3}), (DenseSGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9})],
+)
 def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class(ours: type, theirs: type, kw: dict) -> None:
     """fp16's GradScaler (and the non-finite guard's, at scale 1) hands the fused step its scale and found-inf
     flag as attributes: a scaled step matches torch's, a step with an infinite gradient changes nothing."""
     nets = {"ours": _net(), "torch": _net()}
-    opts = {"ours": ours(nets["ours"].parameters(), fused=True, **kw),
-            "torch": theirs(nets["torch"].parameters(), fused=True, **kw)}
+    opts = {
+        "ours": ours(nets["ours"].parameters(), fused=True, **kw),
+        "torch": theirs(nets["torch"].parameters(), fused=True, **kw),
+    }
     scalers = {k: torch.amp.GradScaler("cpu", init_scale=1024.0) for k in nets}
-    x = torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(5)).contiguous(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(5)).contiguous(
+        memory_format=torch.channels_last
+    )
     y = torch.tensor([0, 1, 2, 3])
     for poison in (False, True, False):
         for key, net in nets.items():
@@ -157,7 +164,7 @@ def test_a_grad_scaler_unscales_and_skips_as_with_torchs_class(ours: type, their
             scalers[key].step(opts[key])
             scalers[key].update()
             if poison:  # skipped: no weight moved, the step count did not advance
-                assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+                assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
         assert _same(nets["ours"], nets["torch"])
     if ours is DenseAdamW:
         assert opts["ours"].state[nets["ours"][0].weight]["step"].item() == 2

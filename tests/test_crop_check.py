@@ -78,7 +78,7 @@ def test_the_crop_is_raised_to_70_percent_at_most() -> None:
 
 def _folder(root: Path, maker) -> Path:
     x, y = maker(240)
-    for i, (pixels, c) in enumerate(zip(x, y)):
+    for i, (pixels, c) in enumerate(zip(x, y, strict=True)):
         split = "val" if i % 5 == 0 else "train"
         folder = root / split / f"class{c}"
         folder.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import threading
 
@@ -15,6 +16,8 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.telemetry.step_record import StepRecord
+from fasttrain.train.loop.epoch_row import EpochRow
+from fasttrain.train.run.summary import RunSummary
 from fasttrain.ui import dashboard_format as dbf
 from fasttrain.ui.dashboard import Dashboard, choose_mode
 
@@ -62,13 +65,13 @@ def test_plain_mode_writes_throttled_lines_without_escape_codes(plan, report) ->
     tel = telemetry_after(0, clock)
     with Dashboard(plan, total_batches=400, epochs=4, mode="plain", stream=out, plain_every_s=10.0,
                    report=report, forecast=FORECAST, clock=clock) as dash:
-        for i in range(300):  # 300 batches x 0.1 s = 30 s of training -> 3 periodic lines, not 300
+        for _ in range(300):  # 300 batches x 0.1 s = 30 s of training -> 3 periodic lines, not 300
             telemetry_after(1, clock, tel=tel)
             dash.update(tel.snapshot(), None)
         dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_loss": 0.5, "val_acc1": 0.91, "time_s": 30.0,
                         "telemetry_h2d_s": 0.0})
         dash.message("checkpoint saved")
-        dash.close({"best_val_acc1": 0.91, "images_per_s": 640.0, "run_dir": "runs/x"})
+        dash.close(RunSummary.from_json({"best_val_acc1": 0.91, "images_per_s": 640.0, "run_dir": "runs/x"}))
     text = out.getvalue()
     assert not ESC.search(text), "plain output must not contain terminal escape codes"
     lines = text.splitlines()
@@ -108,7 +111,7 @@ def test_live_mode_renders_every_part(plan, report) -> None:
         console.print(dash.render())
         dash.epoch_end({"epoch": 1, "train_loss": 0.42, "val_acc1": 0.91, "time_s": 30.0})
         dash.message("checkpoint saved")
-        dash.close({"best_val_acc1": 0.91})
+        dash.close(RunSummary.from_json({"best_val_acc1": 0.91}))
     text = buf.getvalue()
     assert "\x1b[" in text  # a real terminal rendering
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
@@ -154,7 +157,7 @@ def test_quiet_mode_prints_only_errors_and_the_summary(plan) -> None:
         dash.epoch_end({"epoch": 1, "val_acc1": 0.9})
         dash.message("checkpoint saved")
         dash.message("loss is NaN", level="error")
-        dash.close({"best_val_acc1": 0.9})
+        dash.close(RunSummary.from_json({"best_val_acc1": 0.9}))
     assert out.getvalue().splitlines() == ["error: loss is NaN", "summary (all of it: summary.json in the run folder):",
                                            "  accuracy         acc@1 - (best acc@1 90.0%)"]
 
@@ -209,12 +212,12 @@ def test_the_real_loop_feeds_telemetry_dashboard_and_run_log(tmp_path, plan) -> 
                           log_interval_s=1e9,  # sync only at the first and last batch: one burst of 11
                           collaborators=Collaborators(telemetry=tel, dashboard=dash, runlog=log))
         result = trainer.fit(batches, batches[:2], epochs=2)
-        dash.close({"best_val_acc1": result.best_acc1})
+        dash.close(RunSummary.from_json({"best_val_acc1": result.best_acc1}))
     log.close()
     snap = tel.snapshot()
     assert snap["steps_seen"] == 24 and snap["window_steps"] == 24
     stamps = [tel._t[i] for i in range(24)]
-    assert all(b > a for a, b in zip(stamps, stamps[1:])), "burst-recorded batches keep distinct, ordered end times"
+    assert all(b > a for a, b in itertools.pairwise(stamps)), "burst-recorded batches keep distinct, ordered end times"
     assert snap["data_wait_fraction"] + snap["h2d_fraction"] + snap["compute_fraction"] == pytest.approx(1.0)
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["kind"] for r in records].count("epoch") == 2
@@ -232,9 +235,9 @@ def test_dashboard_is_a_train_listener(plan) -> None:
         assert isinstance(dash, TrainListener)
         dash.on_run_start(plan, ["a note"])
         dash.on_step(StepEvent(StepRecord(0, 0, 0, 4, 8, 0.0, 0.0, 0.01), None))  # no telemetry: nothing to draw
-        dash.on_epoch_end({"epoch": 1, "train_loss": 0.5})
+        dash.on_epoch_end(EpochRow(epoch=1, train_loss=0.5))
         dash.on_message("careful", level="warning")
-        dash.on_run_end(RunEnd({"run_dir": "runs/x", "history": []}))
+        dash.on_run_end(RunEnd(RunSummary.from_json({"run_dir": "runs/x", "history": []})))
     text = out.getvalue()
     assert "note: a note" in text and "epoch done: epoch 1" in text and "warning: careful" in text
     assert "run folder       runs/x" in text and "history" not in text
@@ -267,7 +270,7 @@ def _live_text(plan, report, snap: dict, *, width: int, no_color: bool = False, 
             dash.epoch_end(row)
         console(buf).print(dash.render())
     epoch_lines = [ln for ln in ANSI.sub("", above.getvalue()).splitlines() if ln.startswith("epoch ") and " | " in ln]
-    return "\n".join(epoch_lines + [""]) + ANSI.sub("", buf.getvalue())
+    return "\n".join([*epoch_lines, ""]) + ANSI.sub("", buf.getvalue())
 
 
 def test_live_screen_fits_80_columns_without_cutting_a_field(plan, report) -> None:

@@ -218,7 +218,7 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path: Path) -> None:
     src = write_jpegs(tmp_path / "src", {"a": 4}, size=(64, 48))
     samples = [(str(p), 0) for p in sorted(src.rglob("*.jpg"))]
     raw = FastImageFiles(samples, None)
-    data, targets, bad = collate_bytes([raw[i] for i in range(len(raw))])
+    data, _targets, bad = collate_bytes([raw[i] for i in range(len(raw))])
     gpu, kept = GpuDecoder(val_transform(32), torch.device("cuda"))(data)
     assert kept == list(range(len(samples)))
     cpu = normalise_batch(torch.stack([FastImageFiles(samples, val_transform(32))[i][0]

@@ -123,8 +123,8 @@ def test_the_loader_gives_each_image_the_same_pixels_whatever_the_batch_size(tmp
 
     whole, small = per_image(8), per_image(3)
     assert len(whole) == len(small) == 8
-    assert all(torch.equal(a, b) for a, b in zip(whole, small))
-    assert all(torch.equal(a, b) for a, b in zip(whole[3:], per_image(3, start=3)))  # a resumed pass
+    assert all(torch.equal(a, b) for a, b in zip(whole, small, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(whole[3:], per_image(3, start=3), strict=True))  # a resumed pass
 
 
 def test_pixels_are_cached_reused_and_invalidated(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_a_corrupt_file_is_skipped_and_counted_or_stops_a_strict_run(tmp_path: P
                             source="d", train_size=len(train), strict=strict)
         loader = DecodedLoader(train, bundle, EpochSampler(len(train), shuffle=False), 4, False)
         if strict:
-            with pytest.raises(UserError, match="cannot read image .*zz.png"):
+            with pytest.raises(UserError, match=r"cannot read image .*zz\.png"):
                 list(loader)
             continue
         assert sum(len(t) for _, t in loader) == len(train) - 1

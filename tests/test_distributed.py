@@ -80,13 +80,16 @@ def test_gradients_are_all_reduced_once_per_accumulation_window(one_rank) -> Non
     trainer = _trainer(one_rank, accumulation=2)
     trainer.engine.top.register_comm_hook(None, counting)
     row = trainer.train_epoch(_batches(4), 0)
-    assert trainer.engine.schedule.step == 2 and len(calls) == 2, "no_sync must skip the first micro-step of each window"
+    assert trainer.engine.schedule.step == 2 and len(calls) == 2, (
+        "no_sync must skip the first micro-step of each window"
+    )
     assert row["train_images"] == 16 and trainer.engine.backoff.enabled is False
 
 
 def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:
     from fasttrain.train.loop.trainer import Interrupted
     from fasttrain.train.signals.lifecycle import GracefulStop
+
     stop = GracefulStop()
     stop.requested = signal.SIGTERM
     trainer = _trainer(one_rank, accumulation=1, stop=stop)
@@ -97,6 +100,7 @@ def test_a_stop_is_acted_on_one_step_after_it_was_voted(one_rank) -> None:
 
 def test_stop_vote_takes_the_largest_signal_of_the_previous_post(one_rank) -> None:
     from fasttrain.train.parallel.ddp import StopVote
+
     vote = StopVote(one_rank)
     assert vote.exchange(signal.SIGTERM, False) == (0, False)
     assert vote.exchange(0, True) == (signal.SIGTERM, False)
@@ -130,9 +134,29 @@ def _weights(root: Path, name: str) -> dict[str, torch.Tensor]:
 def two_procs(work: Path) -> Path:
     """The reference 2-process run, started by torchrun itself: 2 x 4 images per step."""
     full = child_env(ENV)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "fasttrain", "train", *BASE, "--set", "loader.batch_size=4", "--run-name", "ddp"],
-                          capture_output=True, text=True, env=full, cwd=work, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "fasttrain",
+            "train",
+            *BASE,
+            "--set",
+            "loader.batch_size=4",
+            "--run-name",
+            "ddp",
+        ],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=work,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return work / "runs" / "ddp"
 
@@ -155,8 +179,16 @@ def test_two_processes_follow_the_single_process_loss_curve(work: Path, two_proc
 
 
 def test_sigterm_on_one_rank_stops_both_then_resume_under_two_processes(work: Path, two_procs: Path) -> None:
-    cut = _train(work, "--set", "loader.batch_size=4", "--nproc-per-node", "2", "--run-name", "cut",
-                 env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "4", "FASTTRAIN_TEST_SIGNAL_RANK": "1"})
+    cut = _train(
+        work,
+        "--set",
+        "loader.batch_size=4",
+        "--nproc-per-node",
+        "2",
+        "--run-name",
+        "cut",
+        env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "4", "FASTTRAIN_TEST_SIGNAL_RANK": "1"},
+    )
     assert cut.returncode == 0, cut.stderr[-3000:]
     # Rank 1 got the signal after step 4; the vote reaches every rank one step later: both stop after step 5.
     assert "stopped by SIGTERM after optimizer step 5 (epoch 2, batch 2)" in cut.stderr
@@ -172,14 +204,26 @@ def test_sigterm_on_one_rank_stops_both_then_resume_under_two_processes(work: Pa
     ref, out = _weights(work, "ddp"), _weights(work, "cut")
     for key in ref:
         assert torch.equal(ref[key], out[key]), key
-    assert [r["train_loss"] for r in _summary(work, "cut")["history"]] == \
-        [r["train_loss"] for r in _summary(work, "ddp")["history"]]
+    assert [r["train_loss"] for r in _summary(work, "cut")["history"]] == [
+        r["train_loss"] for r in _summary(work, "ddp")["history"]
+    ]
 
 
 def test_a_rendezvous_that_does_not_form_is_a_clear_error(work: Path) -> None:
     port = _free_port()
-    proc = _train(work, "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
-                  "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-timeout", "3")
+    proc = _train(
+        work,
+        "--nproc-per-node",
+        "1",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-timeout",
+        "3",
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"--rdzv-endpoint: the nodes did not meet at 127.0.0.1:{port} within 3 s" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -190,15 +234,32 @@ def test_sigterm_to_the_launcher_reaches_every_worker(work: Path) -> None:
     on; the workers stop at one agreed step, rank 0 writes the checkpoint, the command exits 0."""
     full = child_env(ENV)
     args = [a if a != "3" else "500" for a in BASE]  # long enough that the signal lands mid-run
-    proc = subprocess.Popen([sys.executable, "-m", "fasttrain", "train", *args, "--set", "loader.batch_size=4",
-                             "--nproc-per-node", "2", "--run-name", "agent"], cwd=work, env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fasttrain",
+            "train",
+            *args,
+            "--set",
+            "loader.batch_size=4",
+            "--nproc-per-node",
+            "2",
+            "--run-name",
+            "agent",
+        ],
+        cwd=work,
+        env=full,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     metrics = work / "runs" / "agent" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.stat().st_size) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
     assert re.search(r"fasttrain: stopped by SIGTERM after optimizer step \d+", err), err[-3000:]
     assert "resume with: fasttrain train --resume" in err and "Traceback" not in err

@@ -10,10 +10,11 @@ import pytest
 
 from fasttrain.core.errors import JobFailed
 from fasttrain.train.loop.divergence import check, runaway
+from fasttrain.train.loop.epoch_row import EpochRow
 
 
-def _rows(train: list[float], val: list[float] | None = None) -> list[dict[str, float]]:
-    return [{"epoch": i + 1, "train_loss": t, **({"val_loss": val[i]} if val else {})} for i, t in enumerate(train)]
+def _rows(train: list[float], val: list[float] | None = None) -> list[EpochRow]:
+    return [EpochRow(epoch=i + 1, train_loss=t, val_loss=val[i] if val else None) for i, t in enumerate(train)]
 
 
 # Recorded here: the run (3 classes), and healthy or merely noisy runs of this machine's tests.
@@ -24,7 +25,8 @@ DIVERGED = {
 HEALTHY = {
     "adamw lr 3 on 3 colours (falls)": ([7.168, 0.1728, 6.417e-05, 5.08e-05], [23.01, 0.0002198, 4.033e-05, 2.748e-05]),
     "noise near zero": ([1.0, 0.01, 0.03], None),
-    "val loss swings near zero, train falls": ([0.403, 0.06705, 0.02192, 0.004791], [0.1357, 1.123e-05, 0.03024, 0.6189]),
+    "val loss swings near zero, train falls": ([0.403, 0.06705, 0.02192, 0.004791],
+                                               [0.1357, 1.123e-05, 0.03024, 0.6189]),
     "val loss jumps at chance, train falls": ([1.634, 0.3982], [0.0, 222.1]),
     "a warm-up bump below the start": ([2.3, 1.2, 2.0], None),
     "one epoch": ([5.4], [2014.0]),

@@ -167,7 +167,8 @@ class Fixtures:
                                 "--image-size", "16", "--batch-size", "8", "--steps", "1", "--rounds", "1",
                                 "--warmup", "1", "--skip", "compile", "--out", str(out), "--json"],
                                cwd=self.root, env=child_env(SHARED_CORES), capture_output=True, text=True, timeout=300)
-            assert r.returncode == 0 and (out / "result.json").exists(), f"bench speedups fixture failed:\n{r.stdout}{r.stderr}"
+            failed = f"bench speedups fixture failed:\n{r.stdout}{r.stderr}"
+            assert r.returncode == 0 and (out / "result.json").exists(), failed
             self._speedups = out
         return self._speedups
 
@@ -220,8 +221,12 @@ def prepare(cmd: DocCommand, words: list[str], cwd: Path, fx: Fixtures, written:
             shutil.copytree(fx.base_run(), cwd / word)  # a stopped run also writes its model files
         elif word.startswith("runs/bench-speedups") and not (cwd / word).exists():
             shutil.copytree(fx.speedups_result(), cwd / word)
-        elif word.endswith((".yaml", ".yml")) and prev != "--write-profile" and word not in written \
-                and not (cwd / word).exists():
+        elif (
+            word.endswith((".yaml", ".yml"))
+            and prev != "--write-profile"
+            and word not in written
+            and not (cwd / word).exists()
+        ):
             (cwd / word).write_text(MY_PROFILE, encoding="utf-8")
         if prev == "--write-profile":
             written.add(word)
@@ -244,6 +249,7 @@ def stop_rule(sub: str):
             if not started and TRAIN_STARTED.search(out):
                 started.append(elapsed)
             return bool(started) and elapsed - started[0] >= TRAIN_STEPS_S and "epoch done:" not in out
+
         return train_stop
     if sub in PROGRESS:
         return lambda out, elapsed: bool(PROGRESS[sub].search(out))
@@ -259,14 +265,15 @@ def run_doc_command(cmd: DocCommand, fx: Fixtures, cwd: Path) -> list[Outcome]:
     for words in split_and(cmd.text):
         assert words and words[0] == "fasttrain", (
             f"{cmd.where}: `{cmd.text}`: a part does not start with fasttrain; run only the fasttrain part "
-            f"or list the line in NOT_RUNNABLE with the reason")
+            f"or list the line in NOT_RUNNABLE with the reason"
+        )
         sub = subcommand(words)
         cap = TRAIN_CAP_S if sub == "train" else BENCH_CAP_S if sub in PROGRESS else OTHER_CAP_S
         outcome = run_capped(prepare(cmd, words, cwd, fx, written), cwd, child_env(SHARED_CORES), cap, stop_rule(sub))
         outcome.notes.append(sub)
         outcomes.append(outcome)
         if outcome.code != 0:
-            break                                           # `a && b`: b runs only when a succeeded
+            break  # `a && b`: b runs only when a succeeded
     _OUTCOMES[key] = outcomes
     return outcomes
 
@@ -280,16 +287,19 @@ def _tail(text: str, lines: int = 25) -> str:
 def test_doc_command_runs(cmd: DocCommand, fixtures: Fixtures, tmp_path: Path) -> None:
     for outcome in run_doc_command(cmd, fixtures, tmp_path):
         sub = outcome.notes[0]
-        what = (f"{cmd.where}: `{cmd.text}`\n  ran: {' '.join(outcome.argv)} ({outcome.seconds:.1f} s)\n"
-                f"  output (last lines):\n{_tail(outcome.out)}")
+        what = (
+            f"{cmd.where}: `{cmd.text}`\n  ran: {' '.join(outcome.argv)} ({outcome.seconds:.1f} s)\n"
+            f"  output (last lines):\n{_tail(outcome.out)}"
+        )
         assert "Traceback" not in outcome.out, f"a traceback\n{what}"
         if outcome.capped and sub == "train" and outcome.code == 0 and "\nsummary (" in outcome.out:
-            continue               # the run finished just as the test's SIGTERM arrived: a complete run, exit 0
+            continue  # the run finished just as the test's SIGTERM arrived: a complete run, exit 0
         if outcome.capped:
             progress = PROGRESS.get(sub)
             assert progress is not None and progress.search(outcome.out), (
-                f"still running after {outcome.seconds:.0f} s without a progress line\n{what}")
-            if sub == "train":     # SIGTERM: finish the step, save, exit 0 (docs/reliability.md)
+                f"still running after {outcome.seconds:.0f} s without a progress line\n{what}"
+            )
+            if sub == "train":  # SIGTERM: finish the step, save, exit 0 (docs/reliability.md)
                 assert outcome.code == 0, f"exit {outcome.code} after SIGTERM, docs/reliability.md promises 0\n{what}"
             continue
         allowed = cmd.promised_exits or ({0, 1} if sub == "doctor" else {0})

@@ -65,7 +65,7 @@ RUNNABLE = [(f, b) for f, b in BLOCKS if f not in RUN_ELSEWHERE and (f, b.splitl
 
 
 def test_every_python_block_runs_somewhere_or_says_why_not() -> None:
-    listed = {key for key in NOT_RUNNABLE}
+    listed = set(NOT_RUNNABLE)
     found = {(f, b.splitlines()[0]) for f, b in BLOCKS}
     assert listed <= found, f"NOT_RUNNABLE names blocks the docs no longer have: {sorted(listed - found)}"
     assert {f for f, _ in RUNNABLE} <= set(SUBSTITUTIONS), "a new runnable block: give its file SUBSTITUTIONS"

@@ -30,14 +30,27 @@ def find(findings: list[Finding], rule_id: str) -> Finding:
     return hits[0]
 
 
-def check(name: str, prof=None, target: float | None = None, report: HardwareReport | None = None) -> dict[str, Finding]:
+def check(
+    name: str, prof=None, target: float | None = None, report: HardwareReport | None = None
+) -> dict[str, Finding]:
     findings = doctor.run_rules(report or load(name), prof, target)
     return {f.id: f for f in findings}
 
 
 def test_fixtures_exist_for_every_machine_the_issue_names() -> None:
-    assert {"t4_kaggle", "rtx4060_laptop", "v100_16", "v100_32", "a10g", "cpu_only", "container_shm64",
-            "busy_gpu", "throttled_gpu", "gpu_with_cpu_torch", "pcie_low"} <= set(ALL)
+    assert {
+        "t4_kaggle",
+        "rtx4060_laptop",
+        "v100_16",
+        "v100_32",
+        "a10g",
+        "cpu_only",
+        "container_shm64",
+        "busy_gpu",
+        "throttled_gpu",
+        "gpu_with_cpu_torch",
+        "pcie_low",
+    } <= set(ALL)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -59,8 +72,10 @@ def test_findings_come_in_rules_order() -> None:
 
 
 def test_rules_survive_a_report_with_almost_nothing_in_it() -> None:
-    bare = HardwareReport(memory=MemoryInfo(ram_total_bytes=2**30, ram_available_bytes=2**29),
-                          gpus=[GpuInfo(index=0, name="Mystery GPU", memory_total_bytes=0)])
+    bare = HardwareReport(
+        memory=MemoryInfo(ram_total_bytes=2**30, ram_available_bytes=2**29),
+        gpus=[GpuInfo(index=0, name="Mystery GPU", memory_total_bytes=0)],
+    )
     for prof in (None, profile("aws-a10g")):
         assert doctor.run_rules(bare, prof)
 
@@ -114,8 +129,9 @@ def test_busy_gpu_memory_held_by_other_processes() -> None:
 def test_gpu_memory_used_without_listed_processes_warns() -> None:
     """In a container NVML lists no processes of other containers, but the memory shows as used."""
     report = load("a10g")
-    gpu = report.gpus[0].model_copy(update={"memory_used_bytes": 6 * 2**30,
-                                            "memory_free_bytes": report.gpus[0].memory_total_bytes - 6 * 2**30})
+    gpu = report.gpus[0].model_copy(
+        update={"memory_used_bytes": 6 * 2**30, "memory_free_bytes": report.gpus[0].memory_total_bytes - 6 * 2**30}
+    )
     f = check("", report=report.model_copy(update={"gpus": [gpu]}))["gpu-busy"]
     assert f.status == "warn" and "another container" in f.detail
 
@@ -182,7 +198,9 @@ def test_shm_nearly_full_warns_and_roomy_is_ok() -> None:
 
 
 def test_no_workers_need_no_shm() -> None:
-    prof = profile("kaggle-t4", "loader.num_workers=0", "loader.prefetch_factor=null", "loader.persistent_workers=false")
+    prof = profile(
+        "kaggle-t4", "loader.num_workers=0", "loader.prefetch_factor=null", "loader.persistent_workers=false"
+    )
     assert check("container_shm64", prof)["shm"].status == "ok"
 
 
@@ -223,8 +241,11 @@ def test_bf16_on_a_cpu_without_avx512_bf16() -> None:
 
 def test_compile_asked_where_it_cannot_work() -> None:
     report = load("a10g")
-    broken = report.model_copy(update={"torch": report.torch.model_copy(
-        update={"compile_ok": False, "compile_reason": "triton is not installed"})})
+    broken = report.model_copy(
+        update={
+            "torch": report.torch.model_copy(update={"compile_ok": False, "compile_reason": "triton is not installed"})
+        }
+    )
     f = check("", profile("aws-a10g"), report=broken)["compile"]
     assert f.status == "warn" and "triton" in f.detail and "speed.compile=false" in f.fix
 
@@ -238,10 +259,17 @@ def test_profile_written_for_a_bigger_gpu() -> None:
 
 def _with_data(name: str, files_per_s: float, files: int = 200, avg_bytes: int = 110_000) -> HardwareReport:
     report = load(name)
-    disk = DiskInfo(path="/data/imagenet", role="data", sample_files=files, sample_bytes=files * avg_bytes,
-                    sample_seconds=files / files_per_s, files_per_s=files_per_s,
-                    read_mb_per_s=files_per_s * avg_bytes / 1e6, cold_cache=True)
-    return report.model_copy(update={"disks": report.disks + [disk]})
+    disk = DiskInfo(
+        path="/data/imagenet",
+        role="data",
+        sample_files=files,
+        sample_bytes=files * avg_bytes,
+        sample_seconds=files / files_per_s,
+        files_per_s=files_per_s,
+        read_mb_per_s=files_per_s * avg_bytes / 1e6,
+        cold_cache=True,
+    )
+    return report.model_copy(update={"disks": [*report.disks, disk]})
 
 
 def test_data_disk_too_slow_for_the_target() -> None:

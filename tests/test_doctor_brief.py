@@ -78,8 +78,11 @@ def test_doctor_in_a_real_80x24_terminal_shows_all_of_it_on_one_screen() -> None
     assert "fix: --set speed.precision=fp32" in term.text() and "…" not in term.text()
 
 
-@pytest.mark.parametrize("report", [FIXTURES / "reports" / n for n in ("a10g.json", "old_driver.json", "cpu_only.json")],
-                         ids=["all-ok", "failing", "cpu"])
+@pytest.mark.parametrize(
+    "report",
+    [FIXTURES / "reports" / n for n in ("a10g.json", "old_driver.json", "cpu_only.json")],
+    ids=["all-ok", "failing", "cpu"],
+)
 def test_doctor_all_shows_everything(cli, monkeypatch, report: Path) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     findings = _findings(cli, report)
@@ -98,5 +101,11 @@ def test_doctor_json_is_the_same_with_or_without_all(cli) -> None:
     everything = cli("doctor", "--report-from", report, "--json", "--all")
     assert plain.code == everything.code == 1
     assert json.loads(plain.out) == json.loads(everything.out)
-    assert set(json.loads(plain.out)) == {"report", "findings", "recommendation", "profile", "status",
-                                          "written_profile"}
+    assert set(json.loads(plain.out)) == {
+        "report",
+        "findings",
+        "recommendation",
+        "profile",
+        "status",
+        "written_profile",
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 from conftest import run_subprocess
 from loop_helpers import TINY_PROFILE, write_image_folder
 
+from fasttrain.train.run.summary import RunSummary
 from fasttrain.ui.ending import ending_lines, ending_rows
 
 ONE = {"OMP_NUM_THREADS": "1"}  # the suite's workers share the cores
@@ -22,7 +23,7 @@ BUDGETED = {"run_dir": "runs/fmnist", "epochs_run": 20, "history": HISTORY,
 
 
 def _further(summary: dict) -> tuple[str, str]:
-    rows = ending_rows(summary)
+    rows = ending_rows(RunSummary.from_json(summary))
     at = [label for label, _ in rows].index("train further")
     return rows[at][1], rows[at + 1][1] if rows[at + 1][0] == "" else ""
 
@@ -52,11 +53,12 @@ def test_the_ending_breaks_between_words_at_80_columns_and_its_commands_still_co
                           "or a smaller model would go faster",
                "model_files": "/home/kaggle/working/experiments/runs/20261128-152231-cpu/model.safetensors + "
                               "model.json (from best.pt)"}
-    lines = ["  " + ln for ln in ending_lines(summary, 78)]
+    record = RunSummary.from_json(summary)
+    lines = ["  " + ln for ln in ending_lines(record, 78)]
     assert all(len(ln) <= 80 for ln in lines), max(lines, key=len)
     text = "\n".join(lines)
     words = set(re.findall(r"[A-Za-z]+", text))
-    for word in re.findall(r"[A-Za-z]+", summary["verdict"] + " " + summary["model_files"]):
+    for word in re.findall(r"[A-Za-z]+", f"{record.verdict} {record.model_files}"):
         assert word in words, word  # each whole on one line: `pipelin|e` was the complaint
     at = next(i for i, ln in enumerate(lines) if "train further" in ln)
     command = lines[at].split("train further", 1)[1]
@@ -64,7 +66,7 @@ def test_the_ending_breaks_between_words_at_80_columns_and_its_commands_still_co
         at += 1
         command = command[:-2] + " " + lines[at].strip()
     assert shlex.split(command) == shlex.split(_further(summary)[0])
-    assert len(ending_lines(summary)) == len(ending_rows(summary))  # off a terminal: one line a row, whole
+    assert len(ending_lines(record)) == len(ending_rows(record))  # off a terminal: one line a row, whole
 
 
 def test_the_suggested_command_trains_a_budgeted_run_further(tmp_path: Path) -> None:
@@ -81,11 +83,12 @@ def test_the_suggested_command_trains_a_budgeted_run_further(tmp_path: Path) -> 
     assert "--time-budget" in command
     again = run_subprocess(*shlex.split(command)[1:], "--json", cwd=tmp_path, env=ONE)
     assert again.returncode == 0, again.stderr[-3000:]
-    after = json.loads(again.stdout)
+    after, earlier = RunSummary.from_json(json.loads(again.stdout)), RunSummary.from_json(before)
     # `--epochs 2N` trained one step (the budget was spent), and the resume had refused the budget's command: "the
     # run already finished epoch 3 of 1"; the budget given again is used, on whole epochs
-    assert after["time_budget"]["used_s"] - before["time_budget"]["used_s"] >= 5.0, after["time_budget"]
-    new_rows = after["history"][len(before["history"]):]
-    assert sum(r["train_images"] for r in new_rows) >= 24, new_rows
+    assert after.time_budget is not None and earlier.time_budget is not None
+    assert (after.time_budget.used_s or 0) - (earlier.time_budget.used_s or 0) >= 5.0, after.time_budget
+    new_rows = after.history[len(earlier.history):]
+    assert sum(r.train_images for r in new_rows) >= 24, new_rows
     shown = [(int(e), int(n)) for e, n in re.findall(r"epoch done: epoch (\d+)/(\d+)", again.stderr)]
     assert shown and all(e <= n for e, n in shown), shown  # a resumed budget run read `epoch 3/1`

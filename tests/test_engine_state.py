@@ -133,5 +133,5 @@ def test_a_run_resumed_from_its_file_ends_as_the_run_never_stopped(tmp_path: Pat
     result = rest.fit(train, None, epochs=3)
 
     _same(rest.engine.state_dict(), whole.engine.state_dict(), "end")
-    assert [row["train_loss"] for row in result.history] == [row["train_loss"] for row in whole.progress.history]
+    assert [row.train_loss for row in result.history] == [row.train_loss for row in whole.progress.history]
     assert len(result.history) == 3 and rest.engine.schedule.step == 3 * len(train)

@@ -101,14 +101,17 @@ def test_forecast_time_cost_and_mfu() -> None:
     assert fc.cost["on_demand_per_epoch"] == pytest.approx(100 * step / 3600 * 3.6)
     assert fc.cost["spot_per_run"] == pytest.approx(200 * step / 3600 * 1.8)
     assert fc.bottleneck["name"] == "compute"
-    assert fc.bottleneck["evidence"].startswith(f"step time: {0.02 / step:.0%} at the FLOP roof, {(0.008 + 1e6 * 20 / 8e10) / step:.0%}")
+    assert fc.bottleneck["evidence"].startswith(
+        f"step time: {0.02 / step:.0%} at the FLOP roof, {(0.008 + 1e6 * 20 / 8e10) / step:.0%}"
+    )
     assert fc.unknown == ["data loading speed (give --data DIR to measure it)"]
 
 
 def test_multi_gpu_plan_scales_batch_iterations_and_throughput() -> None:
     plan, prof = _plan(["world.gpus_per_node=4"])
-    fc = forecast(plan, prof, _cost(), _device(), dataset_size=1005, epochs=1, host_ram_bytes=64 * 2**30,
-                  constants=CONSTANTS)
+    fc = forecast(
+        plan, prof, _cost(), _device(), dataset_size=1005, epochs=1, host_ram_bytes=64 * 2**30, constants=CONSTANTS
+    )
     assert fc.schedule["world_size"] == 4 and fc.schedule["effective_batch"] == 40
     assert fc.schedule["iterations_per_epoch"] == 25
     assert fc.speed["images_per_s"] == pytest.approx(fc.speed["images_per_s_per_device"] * 4 * 0.9)
@@ -118,14 +121,32 @@ def test_multi_gpu_plan_scales_batch_iterations_and_throughput() -> None:
 
 def test_slow_loader_makes_data_loading_the_bottleneck() -> None:
     plan, prof = _plan()
-    fc = forecast(plan, prof, _cost(), _device(), 1000, 1, 64 * 2**30, CONSTANTS,
-                  loader=LoaderSample(images_per_s_per_worker=20.0, source="test"))
+    fc = forecast(
+        plan,
+        prof,
+        _cost(),
+        _device(),
+        1000,
+        1,
+        64 * 2**30,
+        CONSTANTS,
+        loader=LoaderSample(images_per_s_per_worker=20.0, source="test"),
+    )
     assert fc.bottleneck["name"] == "data loading"
     assert fc.speed["images_per_s_per_device"] == pytest.approx(20.0 * plan.workers)
     assert fc.loader["keeps_up"] is False
     assert fc.loader["workers_needed"] == math.ceil(fc.speed["compute_only_images_per_s"] / 20.0)
-    fast = forecast(plan, prof, _cost(), _device(), 1000, 1, 64 * 2**30, CONSTANTS,
-                    loader=LoaderSample(images_per_s_per_worker=1e6, source="test"))
+    fast = forecast(
+        plan,
+        prof,
+        _cost(),
+        _device(),
+        1000,
+        1,
+        64 * 2**30,
+        CONSTANTS,
+        loader=LoaderSample(images_per_s_per_worker=1e6, source="test"),
+    )
     assert fast.bottleneck["name"] == "compute" and fast.loader["keeps_up"] is True
 
 
@@ -139,12 +160,15 @@ def test_unknown_peaks_give_no_number_and_say_what_is_missing(monkeypatch) -> No
     monkeypatch.setattr("fasttrain.hardware.gpus._standins", dict)  # the A10G without its stand-in's peaks
     plan, prof = _plan(gpu="A10G")
     dev = gpu_ceilings(get_gpu("A10G"), plan.precision, plan.tf32, plan.channels_last)
-    assert dev.ceilings is None and dev.unknown == ["fp32_tflops of A10G (AWS g5)", "tf32_tflops_dense of A10G (AWS g5)"]
+    assert dev.ceilings is None and dev.unknown == [
+        "fp32_tflops of A10G (AWS g5)",
+        "tf32_tflops_dense of A10G (AWS g5)",
+    ]
     fc = forecast(plan, prof, _cost(), dev, 1000, 1, 64 * 2**30, CONSTANTS)
     assert fc.speed["images_per_s"] is None and fc.time["total_s"] is None and fc.speed["mfu"] is None
     assert fc.cost["on_demand_per_run"] is None
     assert fc.bottleneck["name"] == "unknown" and "fp32_tflops" in fc.bottleneck["evidence"]
-    assert fc.memory.fits is True   # VRAM is known, so the memory verdict still stands
+    assert fc.memory.fits is True  # VRAM is known, so the memory verdict still stands
 
 
 def test_gpu_ceilings_follow_precision_layout_and_tf32() -> None:
@@ -183,35 +207,42 @@ def test_nchw_layout_traffic_is_added_to_dense_convolutions_only() -> None:
 
 
 def test_cpu_conv_weight_cost_adds_per_weight_byte_to_dense_convolutions_only() -> None:
-    ops = [OpCost("convolution", flops_per_sample=1e9, bytes_per_sample=1e6, fixed_bytes=1e6),
-           OpCost("convolution_backward", flops_per_sample=2e9, bytes_per_sample=1e6, fixed_bytes=2e6),
-           OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=1e6, fixed_bytes=1e6, depthwise=True),
-           OpCost("mm", flops_per_sample=1e6, bytes_per_sample=1e3, fixed_bytes=1e6)]
+    ops = [
+        OpCost("convolution", flops_per_sample=1e9, bytes_per_sample=1e6, fixed_bytes=1e6),
+        OpCost("convolution_backward", flops_per_sample=2e9, bytes_per_sample=1e6, fixed_bytes=2e6),
+        OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=1e6, fixed_bytes=1e6, depthwise=True),
+        OpCost("mm", flops_per_sample=1e6, bytes_per_sample=1e3, fixed_bytes=1e6),
+    ]
     table = OpTable.from_ops(ops)
     assert table.conv.tolist() == [True, True, False, False]
     base = step_time(table, 10, CEIL)
     priced = step_time(table, 10, Ceilings(**{**CEIL.__dict__, "conv_weight_s_per_byte": 1e-9}))
     # the forward's weight bytes (1e6) + the backward's (2e6) at 1 ns per byte: 3 ms, whatever the batch
     assert priced.seconds - base.seconds == pytest.approx(3e-3)
-    assert step_time(table, 100, Ceilings(**{**CEIL.__dict__, "conv_weight_s_per_byte": 1e-9})).seconds - \
-        step_time(table, 100, CEIL).seconds == pytest.approx(3e-3)
+    assert step_time(table, 100, Ceilings(**{**CEIL.__dict__, "conv_weight_s_per_byte": 1e-9})).seconds - step_time(
+        table, 100, CEIL
+    ).seconds == pytest.approx(3e-3)
     cpu = cpu_ceilings(1e11, 1e10, 2**30, conv_weight_s_per_byte=1e-9)
     assert cpu.ceilings.conv_weight_s_per_byte == 1e-9
-    assert gpu_ceilings(get_gpu("A100 80GB"), "fp32", tf32=False, channels_last=False).ceilings \
-        .conv_weight_s_per_byte == 0.0   # the published GPU fit holds this cost in its efficiencies
+    assert (
+        gpu_ceilings(get_gpu("A100 80GB"), "fp32", tf32=False, channels_last=False).ceilings.conv_weight_s_per_byte
+        == 0.0
+    )  # the published GPU fit holds this cost in its efficiencies
 
 
 def test_conv_weight_cost_is_the_time_flops_do_not_explain_per_weight_byte() -> None:
     from fasttrain.estimate.cpu_ceiling import conv_weight_cost
+
     # 2 ms for 1e8 FLOPs at 1e11 FLOP/s (1 ms of FLOPs) over 1e6 weight bytes: 1 ns per byte
     assert conv_weight_cost(2e-3, 1e8, 1e11, 1e6) == pytest.approx(1e-9)
-    assert conv_weight_cost(0.5e-3, 1e8, 1e11, 1e6) == 0.0   # faster than the big conv: no extra cost
+    assert conv_weight_cost(0.5e-3, 1e8, 1e11, 1e6) == 0.0  # faster than the big conv: no extra cost
 
 
 def test_depthwise_backward_can_run_at_its_own_efficiency() -> None:
-    ops = [OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=0.0, fixed_bytes=0.0, depthwise=True),
-           OpCost("convolution_backward", flops_per_sample=2e6, bytes_per_sample=0.0, fixed_bytes=0.0,
-                  depthwise=True)]
+    ops = [
+        OpCost("convolution", flops_per_sample=1e6, bytes_per_sample=0.0, fixed_bytes=0.0, depthwise=True),
+        OpCost("convolution_backward", flops_per_sample=2e6, bytes_per_sample=0.0, fixed_bytes=0.0, depthwise=True),
+    ]
     table = OpTable.from_ops(ops)
     same = Ceilings(**{**CEIL.__dict__, "depthwise_efficiency": 0.1})
     split = Ceilings(**{**CEIL.__dict__, "depthwise_efficiency": 0.1, "depthwise_backward_efficiency": 0.01})

@@ -14,7 +14,9 @@ from fasttrain.plan import make_plan
 from fasttrain.profiles import presets
 from fasttrain.telemetry.recorder import Telemetry
 from fasttrain.telemetry.step_record import StepRecord
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.loop.events import RunEnd, StepEvent
+from fasttrain.train.run.summary import RunSummary
 from fasttrain.ui import dashboard_format as dbf
 from fasttrain.ui.dashboard import Dashboard
 
@@ -87,8 +89,8 @@ def _run_frames(plan, last_epoch_batches: int, summary: dict, epochs: int = 20) 
             record = StepRecord(19, 19 * 46 + i + 1, i, 46, 64, 0.01, 0.0, 0.12, loss=0.4, lr=1e-6, batch_size=64)
             tel.record(record)
             dash.on_step(StepEvent(record, tel.snapshot()))
-        dash.on_epoch_end({"epoch": 20, "train_loss": 0.4, "val_acc1": 0.88, "time_s": 6.0})
-        dash.on_run_end(RunEnd(summary))
+        dash.on_epoch_end(EpochRow.from_json({"epoch": 20, "train_loss": 0.4, "val_acc1": 0.88, "time_s": 6.0}))
+        dash.on_run_end(RunEnd(RunSummary.from_json(summary)))
     return buf.getvalue()
 
 

@@ -72,20 +72,24 @@ def test_noise_the_classifier_cannot_read_is_no_evidence_against_flips() -> None
 
 def _folder(root: Path, maker) -> Path:
     x, y = maker(240)
-    for i, (pixels, c) in enumerate(zip(x, y)):
+    for i, (pixels, c) in enumerate(zip(x, y, strict=True)):
         folder = root / "train" / f"class{c}"
         folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).resize((32, 32)).convert("RGB").save(folder / f"{i}.png")
+        Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).resize((32, 32)).convert("RGB").save(
+            folder / f"{i}.png"
+        )
         if i % 4 == 0:
             (root / "val" / f"class{c}").mkdir(parents=True, exist_ok=True)
             Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).convert("RGB").save(
-                root / "val" / f"class{c}" / f"{i}.png")
+                root / "val" / f"class{c}" / f"{i}.png"
+            )
     return root
 
 
 def test_thumbnails_come_from_the_real_files_and_skip_broken_ones(tmp_path: Path) -> None:
     data = _folder(tmp_path / "d", _handed)
     from fasttrain.datasets.image_folder import find_splits
+
     classes, train, _ = find_splits(data, seed=0, val_fraction=0.1)
     (data / "train" / "class0" / "broken.png").write_bytes(b"not a png")
     train.append((str(data / "train" / "class0" / "broken.png"), 0))
@@ -94,23 +98,29 @@ def test_thumbnails_come_from_the_real_files_and_skip_broken_ones(tmp_path: Path
     assert mirror_test(thumbs, labels, len(classes)).handed
 
 
-def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(cli, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     handed = _folder(tmp_path / "handed", _handed)
     symmetric = _folder(tmp_path / "symmetric", _symmetric)
     monkeypatch.chdir(tmp_path)
     res = cli("train", "--data", str(handed), "--model", "tiny_cnn", "--dry-run", "--json")
     assert res.code == 0, res.err
     import json
+
     view = json.loads(res.out)
     assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
-    assert view["recipe"].endswith("no flips, validation as is, batch norms re-estimated on 256 training images before it")  # no mirrored validation either
+    assert view["recipe"].endswith(
+        "no flips, validation as is, batch norms re-estimated on 256 training images before it"
+    )  # no mirrored validation either
     mine = cli("train", "--data", str(handed), "--model", "tiny_cnn", "--dry-run", "--set", "augment.hflip=0.5")
     assert mine.code == 0 and "augment.hflip=0.5 (yours) mirrors images whose classes look handed" in mine.out
     plain = cli("train", "--data", str(symmetric), "--model", "tiny_cnn", "--dry-run")
     assert plain.code == 0 and "flips off" not in plain.out and "look handed" not in plain.out
     recipe = next(line for line in plain.out.splitlines() if line.startswith("recipe "))
-    assert "label smoothing 0.1" in recipe and recipe.endswith("flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it")
+    assert "label smoothing 0.1" in recipe and recipe.endswith(
+        "flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it"
+    )
 
 
 def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> None:
@@ -132,8 +142,10 @@ def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> 
     with torch.no_grad():
         plain, mirrored = model(images), model(images.flip(-1))
     assert not torch.allclose(plain, mirrored)  # the model is not mirror-invariant: the flip must show
-    expect = {name: nn.functional.cross_entropy(logits, targets).item()
-              for name, logits in (("plain", plain), ("averaged", (plain + mirrored) / 2))}
+    expect = {
+        name: nn.functional.cross_entropy(logits, targets).item()
+        for name, logits in (("plain", plain), ("averaged", (plain + mirrored) / 2))
+    }
     once = evaluate(engine, [(images, targets)])
     both = evaluate(engine, [(images, targets)], test_flip=True)
     assert once["val_loss"] == pytest.approx(expect["plain"], rel=1e-5)
@@ -141,11 +153,11 @@ def test_test_time_flip_averages_each_images_logits_with_its_mirror_images() -> 
     assert both["val_acc1"] == ((plain + mirrored).argmax(1) == targets).float().mean().item()
 
 
-def test_estimate_with_data_runs_trains_flip_check_and_prices_validation_as_train_runs_it(cli,
-                                                                                            tmp_path: Path) -> None:
+def test_estimate_with_data_runs_trains_flip_check_and_prices_validation_as_train_runs_it(cli, tmp_path: Path) -> None:
     """`estimate --data` reads the folder as `train` does: flips off for handed classes (the same note), so each
     epoch's validation is priced unmirrored; symmetric classes keep the preset's mirrored validation."""
     import json
+
     handed = _folder(tmp_path / "handed", _handed)
     symmetric = _folder(tmp_path / "symmetric", _symmetric)
     args = ("estimate", "--model", "tiny_cnn", "--profile", "cpu", "--image-size", "32", "--epochs", "1", "--json")
@@ -158,12 +170,14 @@ def test_estimate_with_data_runs_trains_flip_check_and_prices_validation_as_trai
     assert kept["forecast"]["time"]["val_s"] == pytest.approx(2 * out["forecast"]["time"]["val_s"], rel=0.5)
 
 
-def test_a_prepared_set_gets_the_same_checks_from_its_shards(cli, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_prepared_set_gets_the_same_checks_from_its_shards(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`fasttrain data prepare` turns the folders into tar shards; train and estimate then sample the shards'
     members for the checks, so handed classes lose the preset's flips there too (before, a prepared set kept
     them), symmetric ones keep them, and a damaged shard leaves the preset as it is for loading to report."""
     import json
+
     handed, symmetric = _folder(tmp_path / "handed", _handed), _folder(tmp_path / "symmetric", _symmetric)
     monkeypatch.chdir(tmp_path)
     for src in (handed, symmetric):
@@ -174,20 +188,48 @@ def test_a_prepared_set_gets_the_same_checks_from_its_shards(cli, tmp_path: Path
     assert res.code == 0, res.err
     view = json.loads(res.out)
     assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
-    assert view["recipe"].endswith("no flips, validation as is, batch norms re-estimated on 256 training images before it")
+    assert view["recipe"].endswith(
+        "no flips, validation as is, batch norms re-estimated on 256 training images before it"
+    )
     # and it trains so: no flip left after the crop (torchvision refused an empty Compose on the shard path)
-    run = cli("train", "--data", str(shards), "--model", "tiny_cnn", "--epochs", "1", "--set", "loader.batch_size=16",
-              "--no-tune", "--json", "--run-name", "handed")
+    run = cli(
+        "train",
+        "--data",
+        str(shards),
+        "--model",
+        "tiny_cnn",
+        "--epochs",
+        "1",
+        "--set",
+        "loader.batch_size=16",
+        "--no-tune",
+        "--json",
+        "--run-name",
+        "handed",
+    )
     assert run.code == 0, run.err
     assert json.loads(run.out)["epochs_run"] == 1
-    est = cli("estimate", "--model", "tiny_cnn", "--profile", "cpu", "--image-size", "32", "--epochs", "1", "--json",
-              "--data", str(shards))
+    est = cli(
+        "estimate",
+        "--model",
+        "tiny_cnn",
+        "--profile",
+        "cpu",
+        "--image-size",
+        "32",
+        "--epochs",
+        "1",
+        "--json",
+        "--data",
+        str(shards),
+    )
     assert est.code == 0, est.err
     assert json.loads(est.out)["forecast"]["time"]["val_mirrored"] is False
     kept = cli("train", "--data", str(tmp_path / "symmetric-shards"), "--model", "tiny_cnn", "--dry-run")
     assert kept.code == 0 and "look handed" not in kept.out
     assert next(line for line in kept.out.splitlines() if line.startswith("recipe ")).endswith(
-        "flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it")
+        "flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it"
+    )
     for tar in shards.glob("train-*.tar"):
         tar.write_bytes(b"\0" * 10 + b"not a tar" * 100)
     res = cli("train", "--data", str(shards), "--model", "tiny_cnn", "--dry-run")

@@ -3,7 +3,8 @@ what the first call left in the process (its model's cost under a reused name, t
 
 The bar: a real Jupyter kernel (nbclient + ipykernel) trains twice, the second time another model under the same
 class name (a notebook's cell redefining `class Net`), and the second model's forecast is within 1.5x of the
-images/s its run measured. Beside it, the in-process checks of each cache on the forecast's path: a model's name changes with its
+images/s its run measured. Beside it, the in-process checks of each cache on the forecast's path: a model's name changes
+with its
 definition, a run measures this CPU again, an `estimate` call measures it again."""
 from __future__ import annotations
 
@@ -86,20 +87,25 @@ SMALL = "from torch import nn\nclass Net(nn.Module):\n    def __init__(self, num
         "        super().__init__()\n        self.f = nn.Linear(4, num_classes)\n" \
         "    def forward(self, x):\n        return self.f(x.flatten(1)[:, :self.f.in_features])\n"
 LARGE = SMALL.replace("nn.Linear(4, num_classes)", "nn.Linear(4096, num_classes)")
-BUILDER = "import fasttrain\ndef build(num_classes=3):\n    from torch import nn\n    return nn.Linear(WIDTH, num_classes)\n"
+BUILDER = (
+    "import fasttrain\ndef build(num_classes=3):\n    from torch import nn\n    return nn.Linear(WIDTH, num_classes)\n"
+)
 
 
 def test_a_class_redefined_under_its_name_is_another_model_and_the_same_definition_the_same() -> None:
     from fasttrain.core.given import model_name
+
     assert model_name(_define(SMALL)) != model_name(_define(LARGE))
     assert model_name(_define(SMALL)) == model_name(_define(SMALL))  # a resume from Python finds its run again
-    assert model_name(_define("WIDTH = 8\n" + BUILDER, "build")) != model_name(_define("WIDTH = 64\n" + BUILDER,
-                                                                                       "build"))
+    assert model_name(_define("WIDTH = 8\n" + BUILDER, "build")) != model_name(
+        _define("WIDTH = 64\n" + BUILDER, "build")
+    )
 
 
 def test_the_cost_of_a_model_given_twice_under_one_name_is_its_own() -> None:
     from fasttrain.core.given import given
     from fasttrain.estimate.gather import model_cost
+
     params = []
     for body in (SMALL, LARGE):
         with given(_define(body)) as (name, _):
@@ -109,8 +115,16 @@ def test_the_cost_of_a_model_given_twice_under_one_name_is_its_own() -> None:
 
 def _ceilings(matmul: float) -> Any:
     from fasttrain.estimate.cpu_ceiling import CpuCeiling
-    return CpuCeiling(matmul_flops=matmul, conv_flops=matmul, bandwidth=1e10, conv_weight_s_per_byte=0.0, threads=1,
-                      dtype="float32", seconds=0.0)
+
+    return CpuCeiling(
+        matmul_flops=matmul,
+        conv_flops=matmul,
+        bandwidth=1e10,
+        conv_weight_s_per_byte=0.0,
+        threads=1,
+        dtype="float32",
+        seconds=0.0,
+    )
 
 
 def test_each_run_measures_this_cpu_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,6 +133,7 @@ def test_each_run_measures_this_cpu_again(monkeypatch: pytest.MonkeyPatch) -> No
 
     from fasttrain.estimate import cpu_ceiling, gather
     from fasttrain.profiles import presets
+
     loads = iter([1e11, 1e9])  # a quiet CPU, then one that neighbours took
     monkeypatch.setattr(cpu_ceiling, "_measure", lambda *a: _ceilings(next(loads)))
     profile = presets.resolve("cpu").profile
@@ -135,6 +150,7 @@ def test_an_estimate_call_measures_this_cpu_unless_it_was_measured_moments_ago(m
 
     import fasttrain
     from fasttrain.estimate import cpu_ceiling
+
     loads = iter([1e11, 1e9, 1e7])
     monkeypatch.setattr(cpu_ceiling, "_measure", lambda *a: _ceilings(next(loads)))
     monkeypatch.setattr(cpu_ceiling, "_MEASURED", {})  # an earlier test's real-clock measurement is not ours
@@ -143,6 +159,7 @@ def test_an_estimate_call_measures_this_cpu_unless_it_was_measured_moments_ago(m
 
     def rate() -> float:
         return fasttrain.estimate("tiny_cnn", profile="cpu", image_size=32, dataset_size=1000).images_per_s
+
     first = rate()
     now[0] += cpu_ceiling.REUSE_S + 1  # the next cell
     later = rate()

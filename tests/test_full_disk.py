@@ -1,7 +1,8 @@
 """A real full file system: a tiny training into a small tmpfs (`--runs-dir` there, the data outside).
 
 tiny_cnn's last.pt (weights and AdamW state) is about 2.9 MiB, its best.pt (weights only) about 1 MiB. On 6 MiB,
-epoch 1's last.pt and best.pt fit and epoch 2's last.pt (written beside the old one, then renamed) does not; on 3 MiB filled up to its last few KiB, nothing of the run fits: profile.yaml,
+epoch 1's last.pt and best.pt fit and epoch 2's last.pt (written beside the old one, then renamed) does not; on 3 MiB
+filled up to its last few KiB, nothing of the run fits: profile.yaml,
 metrics.jsonl, TensorBoard, every checkpoint and summary.json all meet ENOSPC (torch reports it as
 `RuntimeError: [enforce fail at inline_container.cc] . unexpected pos ...`). Either run must end as documented:
 exit 0, a warning line, no traceback, no temporary file, the previous checkpoint loadable.

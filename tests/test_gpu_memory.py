@@ -11,6 +11,7 @@ ResNet-18 at 128 px in fp32 on synthetic data; the runs are in-process, where th
 """
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def test_out_of_memory_in_a_run_halves_the_batch_and_keeps_the_effective_batch(c
     assert events, "the first step fitted: no out-of-memory happened"
     first = events[0]
     assert (first["epoch"], first["batch"], first["batch_from"], first["batch_to"]) == (1, 1, 2048, 1024), first
-    for before, after in zip(events, events[1:]):
+    for before, after in itertools.pairwise(events):
         assert after["batch_from"] == before["batch_to"] and after["batch_to"] == -(-after["batch_from"] // 2)
     assert all(e["effective_batch"] == 2048 for e in events), events
     assert len({e["lr"] for e in events}) == 1, "the LR must not change with the micro-batch"

@@ -107,7 +107,11 @@ def test_an_idle_t4_as_nvml_reports_it() -> None:
     assert (result.driver_version, result.cuda_driver_version) == ("550.90.07", "12.4")
     (gpu,) = result.gpus
     assert gpu.name == "Tesla T4" and gpu.uuid.startswith("GPU-5c1d")
-    assert (gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_free_bytes) == (15360 * MiB, 1200 * MiB, 14160 * MiB)
+    assert (gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_free_bytes) == (
+        15360 * MiB,
+        1200 * MiB,
+        14160 * MiB,
+    )
     assert (gpu.power_draw_w, gpu.power_limit_w) == (9.64, 70.0)
     assert (gpu.sm_clock_mhz, gpu.sm_clock_max_mhz, gpu.mem_clock_mhz, gpu.mem_clock_max_mhz) == (585, 1590, 405, 5001)
     assert gpu.throttle_reasons == ["gpu_idle"]

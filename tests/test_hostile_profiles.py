@@ -17,6 +17,7 @@ import yaml
 from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from fasttrain.profiles.files import preset_names
 from fasttrain.profiles.schema import SECTIONS, all_dotted_keys
@@ -299,7 +300,7 @@ def test_every_float_field_refuses_inf_and_nan():
     for key in floats:
         section, field = key.split(".")
         for bad in (math.inf, -math.inf, math.nan):
-            with pytest.raises(Exception):
+            with pytest.raises(ValidationError):
                 Profile.model_validate({section: {field: bad}})
 
 
@@ -436,8 +437,11 @@ HOSTILE_FILES = (st.binary(max_size=2000) | yamlish_text().map(str.encode)
                  | profile_dicts().map(lambda d: dump(d).encode()) | TREES.map(lambda t: dump(t).encode())
                  | bombs().map(str.encode))
 # HOSTILE_EXAMPLES=1000 for a longer hunt; 60 keeps this file near 20 s on a 2-core machine.
-HYPOTHESIS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                              HealthCheck.too_slow])
+HYPOTHESIS = settings(
+    max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @HYPOTHESIS
@@ -467,17 +471,20 @@ def test_generated_edge_values(cli, tmp_path, data, command):
 
 SET_KEYS = st.sampled_from(all_dotted_keys()) | st.text(alphabet=".=_ aZ\x00é-", max_size=12)
 SET_VALUES = yamlish_text() | SCALARS.map(lambda v: dump(v).removesuffix("...\n").strip())
-SET_ITEMS = st.builds(lambda k, sep, v: f"{k}{sep}{v}", SET_KEYS, st.sampled_from(["=", "", "==", " = "]),
-                      SET_VALUES)
-ENV_NAMES = st.builds(lambda k: "FASTTRAIN_" + k, st.sampled_from(
-    [k.upper().replace(".", "__") for k in all_dotted_keys()]) | st.text(alphabet="_AZaz09-.", min_size=1,
-                                                                          max_size=14))
+SET_ITEMS = st.builds(lambda k, sep, v: f"{k}{sep}{v}", SET_KEYS, st.sampled_from(["=", "", "==", " = "]), SET_VALUES)
+ENV_NAMES = st.builds(
+    lambda k: "FASTTRAIN_" + k,
+    st.sampled_from([k.upper().replace(".", "__") for k in all_dotted_keys()])
+    | st.text(alphabet="_AZaz09-.", min_size=1, max_size=14),
+)
 
 
 @HYPOTHESIS
-@given(items=st.lists(SET_ITEMS, max_size=4),
-       env=st.dictionaries(ENV_NAMES, SET_VALUES.filter(lambda v: "\x00" not in v), max_size=3),
-       command=st.sampled_from(["show", "train", "estimate", "doctor"]))
+@given(
+    items=st.lists(SET_ITEMS, max_size=4),
+    env=st.dictionaries(ENV_NAMES, SET_VALUES.filter(lambda v: "\x00" not in v), max_size=3),
+    command=st.sampled_from(["show", "train", "estimate", "doctor"]),
+)
 def test_generated_set_items_and_env(cli, tmp_path, items, env, command):
     base = write(tmp_path, "extends: cpu\n", "base.yaml")
     argv = COMMANDS[command](base)

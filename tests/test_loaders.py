@@ -90,7 +90,7 @@ def test_resumed_loader_yields_the_rest_of_the_epoch(tree: Path) -> None:
     resumed, _ = build_loaders(bundle, _plan(batch_size=2), seed=1, epoch_sampler=resumed_sampler)
     rest = list(resumed)
     assert len(resumed) == 3 and len(rest) == 3
-    for (xa, ya), (xb, yb) in zip(batches[2:], rest):
+    for (xa, ya), (xb, yb) in zip(batches[2:], rest, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 

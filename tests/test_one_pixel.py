@@ -58,7 +58,7 @@ def test_same_outputs_and_gradients_as_the_convolution(size, kernel, stride, pad
         grads.append((xi.grad, conv.weight.grad, conv.bias.grad if bias else None))
     assert outs[1].shape == outs[0].shape
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
-    for mine, theirs in zip(grads[1], grads[0]):
+    for mine, theirs in zip(grads[1], grads[0], strict=True):
         if theirs is not None:
             torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
 
@@ -89,7 +89,7 @@ def test_resnet18_at_32px_trains_the_same_and_saves_the_same():
     for model in (plain, fast):
         torch.nn.functional.cross_entropy(model(x), y).backward()
     torch.testing.assert_close(fast(x), plain(x), rtol=1e-4, atol=1e-4)
-    for (name, a), (_, b) in zip(fast.named_parameters(), plain.named_parameters()):
+    for (name, a), (_, b) in zip(fast.named_parameters(), plain.named_parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)
     # a converted model's weights load into a fresh, unconverted one (what `predict` and checkpoints rely on)
     fresh = timm.create_model("resnet18", num_classes=5).eval()
@@ -103,6 +103,22 @@ def test_subclasses_and_grouped_convolutions_are_left_alone():
     model = torch.nn.Sequential(Same(3, 3, 3), torch.nn.Conv2d(4, 4, 3, groups=4), torch.nn.Conv2d(3, 3, 1))
     assert to_one_pixel(model) == 0
     assert [type(m) for m in model] == [Same, torch.nn.Conv2d, torch.nn.Conv2d]
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_a_convolution_padded_by_name_runs_as_the_convolution_does(padding):
+    """nn.Conv2d keeps padding="same"/"valid" as the string: converted, its forward once raised TypeError (int +
+    str) on any input, so a CPU run of a model with such a layer failed at its first step."""
+    from fasttrain.models.setup import prepare_model
+
+    plan, _ = cpu_plan()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=padding), torch.nn.Flatten())
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=padding), torch.nn.Flatten())
+    reference.load_state_dict(model.state_dict())
+    _module, run, _ = prepare_model(model, plan, activation_checkpointing=False, warn=lambda text: None)
+    x = torch.randn(2, 3, 3, 3)
+    torch.testing.assert_close(run(x), reference(x))
 
 
 def test_prepare_model_converts_on_the_cpu_and_says_so():

@@ -32,7 +32,9 @@ def test_the_opening_says_only_what_the_user_must_know(cli, tmp_path: Path) -> N
     opening = _opening(result.out)
     assert len(opening) <= 2, opening
     assert not any("mixed precision asked on a machine without a GPU" in ln for ln in opening)  # the preset's choice
-    assert not any(ln.startswith(("note: CPU allocator", "note: CPU compute threads", "note: input:")) for ln in opening)
+    assert not any(
+        ln.startswith(("note: CPU allocator", "note: CPU compute threads", "note: input:")) for ln in opening
+    )
     kept = " ".join(summary["plan_notes"] + summary["notes"])
     assert "mixed precision asked" in kept and "CPU compute threads" in kept and "CPU allocator" in kept
 
@@ -44,20 +46,30 @@ def test_verbose_shows_every_note(cli, tmp_path: Path) -> None:
         assert needle in opening, needle
 
 
-@pytest.mark.parametrize("note,shown", [("note: CPU allocator: freed tensor memory kept", False),
-                                        ("input: the 36 images are decoded once into RAM", False),
-                                        ("torch.compile failed (CppCompileError); training eager instead", True),
-                                        ("speed.precision: fp16 on a CPU falls back to fp32", True)])
+@pytest.mark.parametrize(
+    "note,shown",
+    [
+        ("note: CPU allocator: freed tensor memory kept", False),
+        ("input: the 36 images are decoded once into RAM", False),
+        ("torch.compile failed (CppCompileError); training eager instead", True),
+        ("speed.precision: fp16 on a CPU falls back to fp32", True),
+    ],
+)
 def test_must_know(note: str, shown: bool) -> None:
     assert must_know(note) is shown
 
 
 def test_notes_show_auto_not_none() -> None:
     from fasttrain.train.trial.choice import tuning_line
+
     line = tuning_line({"date": "2026-11-25", "spent_s": 5.5, "choice": {"cpu_threads": None, "workers": 0}})
     assert "None" not in line and "cpu_threads=auto" in line
     # a choice the first steps' A/B of an earlier run cached (no trial: no date or seconds of one)
-    cached = tuning_line({"cached": True, "choice": {"precision": "fp32"},
-                          "measurements": [{"setting": "precision", "value": "fp32", "date": "2026-11-26"}]})
-    assert cached == ("measured 2026-11-26 in an earlier run's first steps (cached: no trial this run): "
-                      "precision=fp32")
+    cached = tuning_line(
+        {
+            "cached": True,
+            "choice": {"precision": "fp32"},
+            "measurements": [{"setting": "precision", "value": "fp32", "date": "2026-11-26"}],
+        }
+    )
+    assert cached == ("measured 2026-11-26 in an earlier run's first steps (cached: no trial this run): precision=fp32")

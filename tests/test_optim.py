@@ -38,7 +38,7 @@ def test_optimizer_kinds_and_kernels(name: str, cls: type, fused: bool) -> None:
 
 
 def test_warmup_is_linear_then_cosine_reaches_zero() -> None:
-    kw = dict(peak_lr=1.0, total_steps=110, warmup_steps=10, schedule="cosine")
+    kw = {"peak_lr": 1.0, "total_steps": 110, "warmup_steps": 10, "schedule": "cosine"}
     assert lr_at(0, **kw) == pytest.approx(0.1)
     assert lr_at(9, **kw) == pytest.approx(1.0)
     assert lr_at(10, **kw) == pytest.approx(1.0)
@@ -47,7 +47,8 @@ def test_warmup_is_linear_then_cosine_reaches_zero() -> None:
 
 
 def test_step_and_constant_schedules() -> None:
-    kw = dict(peak_lr=0.4, total_steps=1000, warmup_steps=0, steps_per_epoch=10, step_epochs=3, step_gamma=0.5)
+    kw = {"peak_lr": 0.4, "total_steps": 1000, "warmup_steps": 0, "steps_per_epoch": 10, "step_epochs": 3,
+          "step_gamma": 0.5}
     assert lr_at(29, schedule="step", **kw) == pytest.approx(0.4)
     assert lr_at(30, schedule="step", **kw) == pytest.approx(0.2)
     assert lr_at(65, schedule="step", **kw) == pytest.approx(0.1)

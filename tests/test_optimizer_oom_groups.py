@@ -129,7 +129,7 @@ for non-finite gradients), and the warning says so."""
     _one_step(engine)
     assert calls == ["0", "1"], calls  # neither group's update ran again
     group1 = engine.optimizer.param_groups[1]["params"]
-    assert all(torch.equal(p, h) for p, h in zip(group1, halved))
+    assert all(torch.equal(p, h) for p, h in zip(group1, halved, strict=True))
     assert "2 of 2 param groups had been updated (or begun) and are not updated again" in warnings[-1], warnings
 
 
@@ -142,6 +142,6 @@ def test_with_no_group_left_to_retry_the_precisions_step_still_ends(monkeypatch:
     _one_step(engine)
     before = [p.detach().clone() for p in engine.params]
     _one_step(engine)  # a plain step after the retried one
-    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(engine.params, before))
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(engine.params, before, strict=True))
     assert 0 < moved < 1.0, moved
     assert engine.precision.scale == 2.0**16  # no overflow was found, no back-off

@@ -23,6 +23,8 @@ from fasttrain.train.loop.class_tally import (
     confused_pairs,
     per_class,
 )
+from fasttrain.train.run.summary import RunSummary
+from fasttrain.train.run.summary_parts import ClassScore
 from fasttrain.train.setup.plan_view import classes_text
 from fasttrain.ui.ending import ending_lines
 
@@ -52,11 +54,10 @@ def test_a_known_matrix_reads_as_per_class_accuracy_and_pairs() -> None:
                                                      min_size=c, max_size=c)),
        st.integers(0, 12))
 def test_any_matrix_reads_consistently(matrix: list[list[int]], top: int) -> None:
-    rows = per_class(matrix, [])
-    assert sum(r["images"] for r in rows) == sum(map(sum, matrix))
-    assert sum(round(r["accuracy"] * r["images"]) for r in rows if r["images"]) == sum(
-        matrix[i][i] for i in range(len(matrix)))
-    assert all(0 <= r["accuracy"] <= 1 for r in rows if r["accuracy"] is not None)
+    rows = [ClassScore.from_json(r) for r in per_class(matrix, [])]
+    assert sum(r.images for r in rows) == sum(map(sum, matrix))
+    assert sum(round((r.accuracy or 0.0) * r.images) for r in rows) == sum(matrix[i][i] for i in range(len(matrix)))
+    assert all(0 <= r.accuracy <= 1 for r in rows if r.accuracy is not None)
     pairs = confused_pairs(matrix, [], top)
     mistakes = [n for t, row in enumerate(matrix) for p, n in enumerate(row) if t != p and n]
     assert len(pairs) == min(top, len(mistakes))
@@ -90,8 +91,8 @@ def test_too_many_classes_keep_no_matrix_and_say_so() -> None:
     assert add_pairs(None, torch.tensor([0]), torch.tensor([1]), many) is None
     tally = ClassTally()
     tally.at(1)(None, many)
-    report = class_report(tally, [], 1)
-    assert report["per_class"] is None and "1,001 classes" in report["per_class_note"]
+    report = RunSummary.from_json(class_report(tally, [], 1))
+    assert report.per_class is None and report.per_class_note is not None and "1,001 classes" in report.per_class_note
     assert any("1,001 classes" in line for line in ending_lines(report))
 
 
@@ -120,19 +121,19 @@ def test_the_ending_class_rows_fit_80_columns(names: list[str], data: st.DataObj
     matrix = [[data.draw(st.integers(0, 30)) for _ in range(c)] for _ in range(c)]
     tally = ClassTally()
     tally.at(3)(_matrix(matrix), c)
-    summary = class_report(tally, names, best_epoch=3)
+    summary = RunSummary.from_json(class_report(tally, names, best_epoch=3))
     lines = ["  " + line for line in ending_lines(summary)]
     assert all(len(line) <= 80 for line in lines), lines
-    if summary:
-        wrong = [r for r in summary["per_class"] if r["accuracy"] is not None and r["accuracy"] < 1]
+    if summary.per_class is not None:
+        wrong = [r for r in summary.per_class if r.accuracy is not None and r.accuracy < 1]
         assert bool(wrong) == any(line.startswith("  class accuracy   worst ") for line in lines)
-        assert sum(line.startswith("  confused") for line in lines) == (1 if summary["confused"] else 0)
+        assert sum(line.startswith("  confused") for line in lines) == (1 if summary.confused else 0)
 
 
 def test_the_ending_says_the_worst_classes_and_the_top_confusions() -> None:
     tally = ClassTally()
     tally.at(2)(_matrix(KNOWN), 3)
-    lines = ending_lines({**class_report(tally, NAMES, best_epoch=2)})
+    lines = ending_lines(RunSummary.from_json({**class_report(tally, NAMES, best_epoch=2)}))
     assert lines[0] == "class accuracy   worst Pullover 40.0%, T-shirt 80.0% at best epoch 2"
     assert lines[1] == "confused         Pullover seen as Trouser: 5 of 10 (50%)"
     assert lines[2].startswith(" " * 17 + "T-shirt seen as Trouser: 2 of 10") and len(lines) == 4
@@ -219,14 +220,15 @@ def test_a_run_says_its_classes_first_and_ends_with_every_class(cli, tmp_path: P
     run = cli("train", "--data", str(tmp_path / "data"), "--model", "tiny_cnn", "--epochs", "1", "--json",
               "--no-tune", "--runs-dir", str(tmp_path / "runs"), "--run-name", "r")
     assert run.code == 0, run.err
-    summary = json.loads(run.out)
-    assert summary == json.loads((tmp_path / "runs" / "r" / "summary.json").read_text())
-    assert sorted(c["class"] for c in summary["per_class"]) == sorted(classes)
-    assert sum(c["images"] for c in summary["per_class"]) == summary["history"][-1]["val_images"] == 12
-    correct = sum(round(c["accuracy"] * c["images"]) for c in summary["per_class"])
-    assert correct / 12 == pytest.approx(summary["final_val_acc1"])
-    assert summary["per_class_epoch"] == 1 and summary["per_class_basis"] == "best"
-    assert all(0 < p["share"] <= 1 for p in summary["confused"])
+    assert json.loads(run.out) == json.loads((tmp_path / "runs" / "r" / "summary.json").read_text())
+    summary = RunSummary.from_json(json.loads(run.out))
+    assert summary.per_class is not None and summary.confused is not None
+    assert sorted(c.name for c in summary.per_class) == sorted(classes)
+    assert sum(c.images for c in summary.per_class) == summary.history[-1].val_images == 12
+    correct = sum(round((c.accuracy or 0.0) * c.images) for c in summary.per_class)
+    assert correct / 12 == pytest.approx(summary.final_val_acc1)
+    assert summary.per_class_epoch == 1 and summary.per_class_basis == "best"
+    assert all(0 < p.share <= 1 for p in summary.confused)
     line = "4 classes: Ankle boot, Pullover, T-shirt, Trouser"
     assert line in run.err and run.err.index(line) < run.err.index("epoch done")
     assert re.search(r"^  class accuracy   ", run.err, re.MULTILINE)

@@ -2,6 +2,7 @@
 line every few seconds, one line per epoch, the verdict only when it changes (issue 25, point 7)."""
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def test_a_piped_12_epoch_run_repeats_no_line_more_than_twice(tmp_path: Path) ->
     assert len(epoch_lines) == 12  # one line per epoch in the log
     verdicts = [ln for ln in lines if ln.startswith("verdict:")]
     kinds = [v.split(":")[1].strip() for v in verdicts]
-    assert all(a != b for a, b in zip(kinds, kinds[1:])), verdicts  # said again only when it changes
+    assert all(a != b for a, b in itertools.pairwise(kinds)), verdicts  # said again only when it changes
 
 
 def test_off_a_terminal_the_width_follows_columns(tmp_path: Path) -> None:

@@ -152,8 +152,13 @@ def test_a_submission_that_cannot_be_whole_is_one_error_and_no_file(cli, competi
     assert result.code == 2 and "Traceback" not in result.err and not out.exists()
     errors = [ln for ln in result.err.splitlines() if ln.startswith("fasttrain: error:")]
     assert len(errors) == 1, result.err
-    needle = {"id with no image": f"2 of the sample's {len(ids) + 2} ids have no image", "unreadable image": f"{ids[0]}.png",
-              "empty sample": "empty", "no such sample": "cannot read", "wrong columns": "neither an id"}[case]
+    needle = {
+        "id with no image": f"2 of the sample's {len(ids) + 2} ids have no image",
+        "unreadable image": f"{ids[0]}.png",
+        "empty sample": "empty",
+        "no such sample": "cannot read",
+        "wrong columns": "neither an id",
+    }[case]
     assert needle in result.err, result.err
 
 
@@ -167,6 +172,7 @@ def test_validation_decoded_in_ram_and_predict_see_the_same_pixels(tmp_path: Pat
     from fasttrain.datasets.decoded_images import DecodedImages
     from fasttrain.datasets.inference import batches
     from fasttrain.datasets.transforms import CROP_PCT, MEAN, STD
+
     rng = np.random.default_rng(2)
     files = []
     for i, (h, w) in enumerate([(10, 30), (64, 17), (33, 33), (60, 50), (18, 18)]):

@@ -136,5 +136,5 @@ def test_four_gpus_on_one_62gb_machine_exceed_the_loader_budget_and_the_plan_cap
     (note,) = [n for n in res.notes if n.where == "loader.num_workers"]
     assert "x 4 processes" in note.message and "the plan runs 3 workers per process" in note.message
     # a single process over the budget is still the user's own setting: an error, as before
-    with pytest.raises(UserError, match="loader.num_workers: loader RAM 48 workers"):
+    with pytest.raises(UserError, match=r"loader\.num_workers: loader RAM 48 workers"):
         presets.resolve("aws-a10g", env={}, sets=["loader.num_workers=48"])

@@ -99,7 +99,12 @@ def test_precision_by_compute_capability(name: str, precision: str, tf32: bool) 
 
 def test_speed_switches_on_gpus_and_off_on_cpus() -> None:
     gpu = recommend(load("a10g")).settings
-    assert gpu["speed.compile"] and gpu["speed.channels_last"] and gpu["speed.cudnn_benchmark"] and gpu["loader.pin_memory"]
+    assert (
+        gpu["speed.compile"]
+        and gpu["speed.channels_last"]
+        and gpu["speed.cudnn_benchmark"]
+        and gpu["loader.pin_memory"]
+    )
     cpu = recommend(load("cpu_only")).settings
     assert not cpu["speed.cudnn_benchmark"] and not cpu["loader.pin_memory"] and not cpu["speed.tf32"]
     assert cpu["speed.compile"] == presets.resolve_file_only("cpu").profile.speed.compile  # compile_ok there
@@ -169,8 +174,9 @@ def test_write_profile_rejects_bad_names(tmp_path: Path) -> None:
 def test_the_gpu_torch_cannot_see_is_not_the_one_matched() -> None:
     """CUDA_VISIBLE_DEVICES=1 on a T4 + A10G box: torch trains on the A10G."""
     t4, a10g = load("t4_kaggle").gpus[0], load("a10g").gpus[0]
-    report = load("a10g").model_copy(update={"gpus": [t4.model_copy(update={"visible_to_torch": False}),
-                                                      a10g.model_copy(update={"index": 1})]})
+    report = load("a10g").model_copy(
+        update={"gpus": [t4.model_copy(update={"visible_to_torch": False}), a10g.model_copy(update={"index": 1})]}
+    )
     assert best_preset(report) == "aws-a10g"
 
 
@@ -181,4 +187,3 @@ def test_cpu_precision_follows_the_cpu_preset_only_where_bf16_is_fast() -> None:
     report = load("cpu_only")
     fast = report.model_copy(update={"torch": report.torch.model_copy(update={"cpu_bf16_fast": True})})
     assert recommend(fast).settings["speed.precision"] == ("fp32" if preset == "fp16-mixed" else preset)
-

@@ -68,11 +68,13 @@ def test_a_step_row_records_the_memory_and_the_limit_it_is_held_against(work: Pa
 
 
 def test_the_summary_keeps_the_best_epochs_confusion_matrix(work: Path) -> None:
-    summary = json.loads((work / "runs" / "one" / "summary.json").read_text())
-    matrix = summary["confusion_matrix"]
+    from fasttrain.report import gather_run
+    summary = gather_run(work / "runs" / "one").summary  # summary.json read back
+    matrix = summary.confusion_matrix
+    assert matrix is not None and summary.per_class is not None
     assert len(matrix) == 3 and all(len(row) == 3 for row in matrix)
     assert sum(map(sum, matrix)) == 12
-    assert [sum(row) for row in matrix] == [c["images"] for c in summary["per_class"]]
+    assert [sum(row) for row in matrix] == [c.images for c in summary.per_class]
 
 
 # runs/stopped is runs/cut's folder as the stop left it: its page was written as cut's
@@ -95,7 +97,8 @@ def test_the_resumed_runs_steps_read_one_clock_across_the_stop(work: Path) -> No
     run = gather_run(work / "runs" / "cut")
     clock = step_series(run).clock_s
     assert len(clock) == len(run.steps) and clock == sorted(clock)
-    assert clock[-1] <= run.epochs[-1]["elapsed_s"] + 0.5  # the last step before the last epoch's end
+    last = run.epochs[-1].elapsed_s
+    assert last is not None and clock[-1] <= last + 0.5  # the last step before the last epoch's end
 
 
 # -- the step clock, on fixed rows -------------------------------------------------------------------------------

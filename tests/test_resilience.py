@@ -79,7 +79,9 @@ def test_one_nan_step_is_skipped_not_applied() -> None:
     row = trainer.train_epoch([(x * float("nan"), y), (x, y)], epoch=0)
     assert row["train_nonfinite_batches"] == 1
     after = list(trainer.model.parameters())
-    assert all(torch.isfinite(p).all() for p in after) and any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert all(torch.isfinite(p).all() for p in after) and any(
+        not torch.equal(a, b) for a, b in zip(before, after, strict=True)
+    )
 
 
 # -- out of memory -----------------------------------------------------------------------------------
@@ -90,6 +92,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_effective_batch_and_lr(train, 
     ref_lrs = [r["lr"] for r in _steps(ref_run)]
     ref_weights = ck.load(ref_run / "last.pt")["model"]
     import shutil
+
     shutil.rmtree(ref_run)
     monkeypatch.setenv("FAULT_OOM_ABOVE", "2")  # batch 8 -> 4 -> 2
     res, run = train("--model", "fault_models:oom_net", "--epochs", "1", "--set", "loader.batch_size=8")
@@ -116,6 +119,7 @@ def test_out_of_memory_at_batch_one_stops_with_a_clear_message(train, monkeypatc
 # -- bad data, full disk -----------------------------------------------------------------------------
 def test_corrupt_images_are_counted_on_the_dashboard_and_in_the_summary(train, tree, tmp_path) -> None:
     import shutil
+
     data = tmp_path / "data"
     shutil.copytree(tree / "data", data)
     write_corrupt(data / "train" / "class0" / "broken.png")
@@ -135,6 +139,7 @@ def test_full_disk_keeps_the_previous_checkpoint_and_says_so(train, monkeypatch)
         if len(calls) > 1:  # last.pt of epoch 1 (the model files are safetensors')
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *args, **kwargs)
+
     monkeypatch.setattr(torch, "save", save)
     res, run = train("--model", "tiny_cnn")
     assert res.code == 0, res.err
@@ -153,13 +158,19 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
     batches[1] = (batches[1][0] * 1e30, batches[1][1])  # overflows fp16: the scaler backs off
 
     def fresh() -> Trainer:
-        return make_trainer(plan, profile.optim, tiny_mlp(), batches=4,
-                            collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)))
+        return make_trainer(
+            plan,
+            profile.optim,
+            tiny_mlp(),
+            batches=4,
+            collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
+        )
+
     first = fresh()
     first.train_epoch(batches, epoch=0)
     one = first.engine
     scale = one.precision.scale
-    assert scale == 2.0 ** 15 and one.schedule.step == 4
+    assert scale == 2.0**15 and one.schedule.step == 4
     path = ck.save_atomic(first.snapshot(1).to_payload(), tmp_path / "last.pt")
     second = fresh()
     second.restore(Resume(path, RunState.from_payload(ck.load(path))))
@@ -170,15 +181,21 @@ def test_gradscaler_and_schedule_state_come_back(tmp_path: Path) -> None:
     assert two.schedule.current() == one.schedule.current() != 0
     for t in (first, second):  # and both continue identically
         t.train_epoch(batches[2:], epoch=1)
-    for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values()):
+    for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 
 def test_save_every_minutes_writes_mid_epoch_checkpoints(tmp_path: Path) -> None:
     plan, profile = cpu_plan(optim={"optimizer": "sgd", "epochs": 1, "warmup_epochs": 0})
-    trainer = make_trainer(plan, profile.optim, tiny_mlp(), batches=3, save_every_s=0.0,
-                           collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
-                           extras=lambda consumed: RunExtras(args={"consumed": consumed}))
+    trainer = make_trainer(
+        plan,
+        profile.optim,
+        tiny_mlp(),
+        batches=3,
+        save_every_s=0.0,
+        collaborators=Collaborators(checkpoints=CheckpointPolicy(tmp_path)),
+        extras=lambda consumed: RunExtras(args={"consumed": consumed}),
+    )
     x, y = torch.randn(4, 12), torch.randint(0, 3, (4,))
     trainer.train_epoch([(x, y)] * 3, epoch=0)
     payload = ck.load(tmp_path / "last.pt")  # written after batch 2 (a save after the last batch is the epoch's)
@@ -192,6 +209,7 @@ def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
     import threading
 
     from fasttrain.train.signals.lifecycle import GracefulStop
+
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with GracefulStop() as stop:
         assert signal.getsignal(signal.SIGTERM) == stop._handle
@@ -203,6 +221,7 @@ def test_graceful_stop_installs_in_the_main_thread_only_and_restores() -> None:
     def in_thread() -> None:
         with GracefulStop():
             seen.append(signal.getsignal(signal.SIGTERM))
+
     worker = threading.Thread(target=in_thread)
     worker.start()
     worker.join()

@@ -67,7 +67,7 @@ def _assert_same_tensors(a: object, b: object, where: str = "") -> None:
             _assert_same_tensors(a[k], b[k], f"{where}.{k}")
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), where  # type: ignore[arg-type]
-        for i, (x, y) in enumerate(zip(a, b)):  # type: ignore[call-overload]
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):  # type: ignore[call-overload]
             _assert_same_tensors(x, y, f"{where}[{i}]")
     else:
         assert a == b, where

@@ -68,7 +68,7 @@ def test_a_few_bad_files_warn_on_the_live_dashboard_and_the_run_goes_on(train, t
 def test_a_validation_set_that_yields_nothing_is_said(train, tmp_path) -> None:
     data = write_image_folder(tmp_path / "data", val_per_class=0)
     _empty_files(data, "val", per_class=2)
-    res, run = train(data, "--json", "--epochs", "1")
+    res, _run = train(data, "--json", "--epochs", "1")
     assert res.code == 0, res.err  # training itself was fine
     assert "validation in epoch 1 saw no image: 6 file(s) could not be read (latest: " in res.err, res.err
     assert "no val loss or accuracy for this epoch" in res.err
@@ -111,7 +111,7 @@ def test_images_decoded_once_survive_their_folder_going_away(train, tmp_path, mo
             shutil.rmtree(data)
         return out
     monkeypatch.setattr(StepEngine, "step", train_batch)
-    res, run = train(data, "--json", "--epochs", "3")
+    res, _run = train(data, "--json", "--epochs", "3")
     assert res.code == 0, res.err
     summary = json.loads(res.out)
     assert not data.exists() and summary["epochs_run"] == 3 and summary["bad_files"] == 0

@@ -93,7 +93,8 @@ def budget_run(short_dir: Path) -> tuple[list[str], dict]:
 
 
 def test_the_run_and_its_ending_break_only_between_words_at_80_columns(budget_run) -> None:
-    """The ending was printed whole and the terminal broke it: `(load 4.|91)`, `alon|e`, `.../20261128-152231-c|pu/tb`."""
+    """The ending was printed whole and the terminal broke it: `(load 4.|91)`, `alon|e`,
+    `.../20261128-152231-c|pu/tb`."""
     lines, summary = budget_run
     assert all(len(line) <= 80 for line in lines)
     wide = json.dumps(summary) + "\n".join(summary.get("notes") or []) + (summary.get("verdict") or "")

@@ -277,7 +277,10 @@ def test_a_failing_reader_never_stops_training() -> None:
 
 
 def test_modules_do_not_import_torch() -> None:
-    code = ("import sys, fasttrain.telemetry.recorder, fasttrain.ui.dashboard, fasttrain.train.run.runlog, fasttrain.telemetry.verdict; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, fasttrain.telemetry.recorder, fasttrain.ui.dashboard, fasttrain.train.run.runlog, "
+        "fasttrain.telemetry.verdict; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -139,14 +139,30 @@ def test_a_short_budgeted_run_ends_its_schedule_and_says_what_it_used(cli, tmp_p
     assert saved["budget_used_s"] > 0 and saved["args"]["time_budget"] == 25
 
 
-def test_epochs_given_with_a_budget_cap_it_and_the_lr_still_ends_at_its_floor(cli, tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_epochs_given_with_a_budget_cap_it_and_the_lr_still_ends_at_its_floor(
+        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from loop_helpers import TINY_PROFILE, write_image_folder
+
     monkeypatch.chdir(tmp_path)
     write_image_folder(tmp_path / "data")
     (tmp_path / "tiny.yaml").write_text(TINY_PROFILE)
-    res = cli("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--time-budget", "1h",
-              "--epochs", "2", "--run-name", "c", "--json", "--no-tune")
+    res = cli(
+        "train",
+        "--profile",
+        "tiny.yaml",
+        "--data",
+        "data",
+        "--model",
+        "tiny_cnn",
+        "--time-budget",
+        "1h",
+        "--epochs",
+        "2",
+        "--run-name",
+        "c",
+        "--json",
+        "--no-tune",
+    )
     assert res.code == 0, res.err
     summary = json.loads(res.out)
     assert summary["epochs_run"] == 2 and summary["time_budget"]["lr_end_share"] <= 0.02
@@ -164,8 +180,9 @@ def test_doctor_in_a_kaggle_notebook_names_the_session_limit_and_the_flag(cli, t
     assert "--time-budget 11h30m" in found["session"]["fix"] and "30 h" in found["session"]["detail"]
     plain = json.loads((Path(__file__).parent / "fixtures" / "reports" / "cpu_only.json").read_text())
     recorded.write_text(json.dumps(plain))
-    assert "session" not in {f["id"] for f in json.loads(cli("doctor", "--report-from", str(recorded),
-                                                               "--json").out)["findings"]}
+    assert "session" not in {
+        f["id"] for f in json.loads(cli("doctor", "--report-from", str(recorded), "--json").out)["findings"]
+    }
 
 
 def test_estimate_says_what_a_budget_buys(cli) -> None:
@@ -174,18 +191,23 @@ def test_estimate_says_what_a_budget_buys(cli) -> None:
     buys = json.loads(res.out)["time_budget"]
     forecast = json.loads(res.out)["forecast"]
     assert buys["budget_s"] == 11.5 * 3600 and buys["epochs"] == pytest.approx(buys["budget_s"] / buys["epoch_s"])
-    assert buys["images"] == int(buys["epochs"] * forecast["schedule"]["iterations_per_epoch"]
-                                 * forecast["schedule"]["batch_size"] * forecast["schedule"]["world_size"])
+    assert buys["images"] == int(
+        buys["epochs"]
+        * forecast["schedule"]["iterations_per_epoch"]
+        * forecast["schedule"]["batch_size"]
+        * forecast["schedule"]["world_size"]
+    )
     assert cli("estimate", "--model", "resnet18", "--time-budget", "soon").code == 2
 
 
 # -- when the process started: the clock of time to accuracy and of a budget ---------------------------------------
 def test_process_age_reads_the_boot_clock_and_refuses_what_does_not_parse() -> None:
     from fasttrain.train.run.start_time import process_age_s
+
     rest = " ".join(["0"] * 18)  # fields 3..21 (state, ppid, ..., nice, threads, itrealvalue)
     stat = f"4242 (odd ) name) S {rest} 150000 0 0\n"  # a name with a space and a ')': field 22 after the last ')'
     assert process_age_s(stat, "1502.25 3000.00\n", 100) == pytest.approx(2.25)
-    assert process_age_s(stat, "1400.00 1.00\n", 100) is None      # started after "now": the files disagree
+    assert process_age_s(stat, "1400.00 1.00\n", 100) is None  # started after "now": the files disagree
     assert process_age_s("garbage", "1502.25 3000.00\n", 100) is None
     assert process_age_s(stat, "", 100) is None
 
@@ -197,9 +219,9 @@ def test_the_process_start_is_the_launch_a_parent_sees() -> None:
     import subprocess
     import sys
     import time
+
     code = "from fasttrain.train.run.start_time import process_started_at; print(repr(process_started_at()))"
     for _ in range(2):
         before = time.time()
-        started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                       check=True).stdout)
-        assert before - 0.05 <= started <= before + 0.5, (started - before)
+        started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+        assert before - 0.05 <= started <= before + 0.5, started - before

@@ -106,7 +106,18 @@ def test_binary_file_named_csv(cli, tmp_path: Path) -> None:
 
 def test_estimate_counts_the_tables_images(cli, tmp_path: Path) -> None:
     data = competition(tmp_path / "comp")
-    res = cli("estimate", "--model", "tiny_cnn", "--image-size", "32", "--data", str(data / "train.csv"), "--batch-size", "8", "--json")
+    res = cli(
+        "estimate",
+        "--model",
+        "tiny_cnn",
+        "--image-size",
+        "32",
+        "--data",
+        str(data / "train.csv"),
+        "--batch-size",
+        "8",
+        "--json",
+    )
     assert res.code == 0, res.err
     payload = json.loads(res.out)
     assert "--data (21 training images" in json.dumps(payload)
@@ -115,6 +126,7 @@ def test_estimate_counts_the_tables_images(cli, tmp_path: Path) -> None:
 def test_a_dataframe_from_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pandas = pytest.importorskip("pandas")
     import fasttrain
+
     data = competition(tmp_path / "comp")
     frame = pandas.read_csv(data / "train.csv", dtype={"id": str})
     frame["id"] = "comp/train_images/" + frame["id"] + ".png"  # paths relative to the current folder
@@ -123,7 +135,14 @@ def test_a_dataframe_from_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert plan.to_dict()["data"]["num_classes"] == 3 and plan.to_dict()["data"]["train_size"] == 21
     assert any("24 images (id, beside it), 3 classes from column 'label'" in n for n in plan.to_dict()["notes"])
     frame["id"] = frame["id"].str.replace("comp/train_images/", "", regex=False)  # ids, with their folder apart
-    summary = fasttrain.train("tiny_cnn", frame, image_size=32, epochs=1, quiet=True, runs_dir=str(tmp_path / "r"),
-                              images_dir=os.path.join("comp", "train_images"))
+    summary = fasttrain.train(
+        "tiny_cnn",
+        frame,
+        image_size=32,
+        epochs=1,
+        quiet=True,
+        runs_dir=str(tmp_path / "r"),
+        images_dir=os.path.join("comp", "train_images"),
+    )
     assert summary.to_dict()["epochs_run"] == 1
     assert _model_json(tmp_path / "r")["class_names"] == list(CLASSES)

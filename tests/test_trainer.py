@@ -6,6 +6,7 @@ import gc
 import json
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from loop_helpers import cpu_plan, make_trainer, tiny_mlp
 
 from fasttrain.train.loop.batches import window_length
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.synthetic import run_synthetic_steps
 
@@ -47,7 +49,7 @@ def test_accumulation_equals_one_large_batch() -> None:
     micro = _batches(4, 2)
     make_trainer(plan, profile.optim, model, batches=4).train_epoch(micro, epoch=0)
     _reference_step(reference, torch.cat([b[0] for b in micro]), torch.cat([b[1] for b in micro]), 0.5)
-    for a, b in zip(model.parameters(), reference.parameters()):
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -63,7 +65,7 @@ def test_final_partial_window_divides_by_its_real_length() -> None:
     lr = plan.scaled_lr
     _reference_step(reference, torch.cat([batches[0][0], batches[1][0]]), torch.cat([batches[0][1], batches[1][1]]), lr)
     _reference_step(reference, *batches[2], lr)
-    for a, b in zip(model.parameters(), reference.parameters()):
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -99,7 +101,8 @@ def test_clipping_limits_the_update() -> None:
     model = tiny_mlp()
     before = [p.detach().clone() for p in model.parameters()]
     make_trainer(plan, profile.optim, model, batches=1).train_epoch(_batches(1, 8), epoch=0)
-    moved = torch.linalg.vector_norm(torch.stack([(p - b).norm() for p, b in zip(model.parameters(), before)]))
+    moved = torch.linalg.vector_norm(torch.stack([(p - b).norm()
+                                                  for p, b in zip(model.parameters(), before, strict=True)]))
     assert moved.item() == pytest.approx(plan.scaled_lr * 1e-3, rel=1e-3)  # lr x max_norm
 
 
@@ -130,14 +133,14 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
     train, val = _separable(12, 0), _separable(4, 1)
 
     class Log:
-        steps: list[dict] = []
-        epochs: list[dict] = []
+        steps: ClassVar[list[dict]] = []
+        epochs: ClassVar[list[tuple[EpochRow, int]]] = []
 
         def log_step(self, row: dict) -> None:
             self.steps.append(row)
 
-        def log_epoch(self, row: dict) -> None:
-            self.epochs.append({**row, "frozen_objects": gc.get_freeze_count()})
+        def log_epoch(self, row: EpochRow) -> None:
+            self.epochs.append((row, gc.get_freeze_count()))
 
     log = Log()
     from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
@@ -145,14 +148,15 @@ def test_loss_goes_down_and_validation_learns(tmp_path: Path) -> None:
                       collaborators=Collaborators(runlog=log, checkpoints=CheckpointPolicy(tmp_path)))
     assert trainer.model.training and next(trainer.model.parameters()).is_contiguous(memory_format=torch.channels_last)
     result = trainer.fit(train, val, epochs=4)
-    losses = [row["train_loss"] for row in result.history]
-    assert losses[-1] < 0.5 * losses[0]
-    assert result.history[-1]["val_acc1"] >= 0.9 and result.history[-1]["val_acc5"] is None  # 3 classes: no acc@5
+    losses = [row.train_loss for row in result.history]
+    assert losses[-1] is not None and losses[0] is not None and losses[-1] < 0.5 * losses[0]
+    last = result.history[-1]
+    assert last.val_acc1 is not None and last.val_acc1 >= 0.9 and last.val_acc5 is None  # 3 classes: no acc@5
     assert result.sanity is not None and result.sanity["val_images"] == 16  # 2 batches before epoch 1
     assert len(log.epochs) == 4 and log.steps[0]["loss"] is not None
     assert {"last.pt", "model.safetensors"} <= {p.name for p in tmp_path.iterdir()}
     # The imports' objects stay out of full collections while the epochs run, and are handed back after (heap.py).
-    assert all(row["frozen_objects"] > 10_000 for row in log.epochs) and gc.get_freeze_count() == 0
+    assert all(frozen > 10_000 for _, frozen in log.epochs) and gc.get_freeze_count() == 0
 
 
 def test_the_heap_freeze_nests_and_hands_everything_back() -> None:
@@ -190,7 +194,7 @@ def test_compiled_channels_last_model_trains() -> None:
     trainer.train_epoch(_separable(3, 0), epoch=0)
     assert warnings == [], warnings
     assert trainer.engine.runner.active, "fell back to eager"
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
 
 
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,7 +223,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     assert any("checkpoint" in n for n in ckpt.notes)
     plain.train_epoch([(x, y)], epoch=0)
     ckpt.train_epoch([(x, y)], epoch=0)
-    for a, b in zip(plain.model.state_dict().values(), ckpt.model.state_dict().values()):
+    for a, b in zip(plain.model.state_dict().values(), ckpt.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
 
 
@@ -237,7 +241,7 @@ def test_fp16_overflow_step_is_skipped_and_reported() -> None:
     plan.precision = "fp16-mixed"
 
     class Log:
-        rows: list[dict] = []
+        rows: ClassVar[list[dict]] = []
 
         def log_step(self, row: dict) -> None:
             self.rows.append(row)

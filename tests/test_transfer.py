@@ -50,7 +50,7 @@ class FakeStreams:
 def test_the_copy_runs_on_a_side_stream_the_compute_stream_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeStreams(monkeypatch)
     copy = DeviceCopy(torch.device("cpu"), channels_last=True, non_blocking=True, side_stream=True)
-    images, targets = copy(torch.randn(2, 3, 4, 4), torch.tensor([0, 1]))
+    images, _targets = copy(torch.randn(2, 3, 4, 4), torch.tensor([0, 1]))
     assert fake.calls == ["enter side", "copy on side", "copy on side", "leave side", "compute waits for side",
                           "record on compute", "record on compute"]
     assert images.is_contiguous(memory_format=torch.channels_last)

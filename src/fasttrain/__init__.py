@@ -14,6 +14,12 @@ __version__ = "0.1.0"
 
 callable_members(__name__, {**{name: f"fasttrain.api.calls:{name}" for name in ("train", "doctor", "estimate", "plan")},
                             "report": "fasttrain.api.reports:report"})
-__getattr__, __dir__, _results = lazy_face(__name__, {**dict.fromkeys(("RunSummary", "Report", "Forecast", "Plan"), "api.results"),
-                                                      "predict": "api.predictions", "Predictions": "api.predictions"})
+__getattr__, __dir__, _results = lazy_face(
+    __name__,
+    {
+        **dict.fromkeys(("RunSummary", "Report", "Forecast", "Plan"), "api.results"),
+        "predict": "api.predictions",
+        "Predictions": "api.predictions",
+    },
+)
 __all__ = sorted([*_results, "train", "doctor", "estimate", "plan", "report", "__version__"])

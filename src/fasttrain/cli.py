@@ -17,6 +17,9 @@ if os.path.basename(sys.argv[0]) in ("fasttrain", "__main__.py") and \
     from fasttrain.train.signals.lifecycle import train_signals
     train_signals.before_training()
 
+import contextlib
+from typing import TYPE_CHECKING, Any
+
 import typer
 from typer.core import TyperGroup
 
@@ -24,19 +27,22 @@ from fasttrain.commands.options import click_exceptions
 from fasttrain.core.errors import JobFailed, UserError
 from fasttrain.train.parallel import launch
 
+if TYPE_CHECKING:
+    from typer._click import Command, Context, Parameter  # Typer's own copy of click (no public path)
+
 # What an option's value is, in the words a help text uses (Typer would show `<int>`, `<path>`, `<list[str]>`).
 _PLAIN_METAVARS = {"<int>": "N", "<float>": "X", "<str>": "TEXT", "<path>": "PATH", "<list[str]>": "TEXT",
                    "<int range>": "N", "<float range>": "X"}
 
 
-def _show_flags_as_flags(command: object) -> None:
+def _show_flags_as_flags(command: Command) -> None:
     """A boolean flag (--dry-run, --json, --help) takes no value: give it an empty metavar so the help shows no
     `<bool>` beside it (Typer would, inviting `--dry-run true`, which is refused). Recurses into groups."""
     from typer._click import Context
 
     params = list(getattr(command, "params", []))
     try:
-        help_option = command.get_help_option(Context(command))  # type: ignore[attr-defined]
+        help_option = command.get_help_option(Context(command))
     except Exception:
         help_option = None
     for param in params + ([help_option] if help_option is not None else []):
@@ -55,12 +61,12 @@ def _show_flags_as_flags(command: object) -> None:
 class _Group(TyperGroup):
     """The root group: every command's boolean flags read as flags in --help."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # TyperGroup's own arguments, passed through
+        super().__init__(*args, **kwargs)
         _show_flags_as_flags(self)
 
-    def get_params(self, ctx: object) -> list:  # type: ignore[override]
-        params = super().get_params(ctx)  # type: ignore[arg-type]
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params = super().get_params(ctx)
         for param in params:  # Typer appends --install-completion / --show-completion after __init__
             if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
                 param.metavar = ""
@@ -70,7 +76,8 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="fasttrain",
     cls=_Group,
-    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, report, predict, bench.",
+    help="Fast, measured PyTorch training on the machine you have: doctor, profiles, estimate, data, train, "
+    "report, predict, bench.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -82,6 +89,7 @@ def version_text() -> str:
     """`fasttrain 0.1.0 (Python 3.11.7)`: the installed package's version, read without importing torch."""
     import platform
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         own = version("fasttrain")
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -98,25 +106,22 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
-                                 help="Print fasttrain's version and exit."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_show_version, help="Print fasttrain's version and exit."
+    ),
 ) -> None:
     if debug:
         os.environ["FASTTRAIN_DEBUG"] = "1"
     from fasttrain.models.registry import stay_offline
+
     stay_offline()  # before any command imports huggingface_hub or timm: fasttrain never downloads
 
 
 def _register() -> None:
-    from fasttrain.commands import profiles
-    profiles.register(app)
-    from fasttrain.commands import train; train.register(app)  # noqa: E702
-    from fasttrain.commands import estimate; estimate.register(app)  # noqa: E702
-    from fasttrain.commands import doctor; doctor.register(app)  # noqa: E702
-    from fasttrain.commands import bench; bench.register(app)  # noqa: E702
-    from fasttrain.commands import data; data.register(app)  # noqa: E702
-    from fasttrain.commands import predict; predict.register(app)  # noqa: E702
-    from fasttrain.commands import report; report.register(app)  # noqa: E702
+    from fasttrain.commands import bench, data, doctor, estimate, predict, profiles, report, train
+
+    for command in (profiles, train, estimate, doctor, bench, data, predict, report):  # the order --help lists
+        command.register(app)
 
 
 _register()
@@ -128,7 +133,7 @@ def _debugging(argv: list[str]) -> bool:
 
 def _wants_json(argv: list[str]) -> bool:
     """--json among the options (before a `--` that ends them)."""
-    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
 def _json_value(value: object) -> object:
@@ -149,8 +154,9 @@ def _json_value(value: object) -> object:
     return shown_value(value)
 
 
-def _print_json_error(code: int, problems: list[dict[str, object]], title: str = "",
-                      result: dict[str, object] | None = None) -> None:
+def _print_json_error(
+    code: int, problems: list[dict[str, object]], title: str = "", result: dict[str, object] | None = None
+) -> None:
     """Under --json an error is a JSON object on stdout too: {"error": {"code", "problems": [{where, message,
     fix, value}]}} (inside the command's own `result` when it has one), so a script reading stdout gets one JSON
     document whatever happens (the reasons also go to stderr)."""
@@ -167,15 +173,27 @@ def _user_error_problems(exc: UserError) -> list[dict[str, object]]:
     from fasttrain.core.errors import MAX_LINES, MAX_TEXT_CHARS, MAX_VALUE_CHARS, clip
 
     rows: list[dict[str, object]] = [
-        {"where": clip(p.where.rstrip(": "), MAX_VALUE_CHARS + 40), "message": clip(p.message, MAX_TEXT_CHARS),
-         "fix": clip(p.fix, MAX_TEXT_CHARS), "value": _json_value(p.value)} for p in exc.problems[:MAX_LINES]]
+        {
+            "where": clip(p.where.rstrip(": "), MAX_VALUE_CHARS + 40),
+            "message": clip(p.message, MAX_TEXT_CHARS),
+            "fix": clip(p.fix, MAX_TEXT_CHARS),
+            "value": _json_value(p.value),
+        }
+        for p in exc.problems[:MAX_LINES]
+    ]
     if len(exc.problems) > MAX_LINES:
-        rows.append({"where": "", "message": f"... and {len(exc.problems) - MAX_LINES:,} more problem(s)", "fix": "",
-                     "value": None})
+        rows.append(
+            {
+                "where": "",
+                "message": f"... and {len(exc.problems) - MAX_LINES:,} more problem(s)",
+                "fix": "",
+                "value": None,
+            }
+        )
     return rows
 
 
-def _usage_error_problems(exc: Exception) -> list[dict[str, object]]:
+def _usage_error_problems(exc: BaseException) -> list[dict[str, object]]:
     """A click usage error (unknown option, a value of the wrong type) as one problem."""
     param = getattr(exc, "param", None)
     opts = getattr(param, "opts", None) or []
@@ -217,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     except usage_errors as exc:
         if _wants_json(argv):
             _print_json_error(2, _usage_error_problems(exc))
-        exc.show()
+        exc.show()  # type: ignore[attr-defined]  # a ClickException: click_exceptions() returns its classes untyped
         return 2
     except aborts:
         print(f"{me}: interrupted", file=sys.stderr)
@@ -243,14 +261,13 @@ def leave_worker(code: int) -> None:
     run into a failed job. So the exit handlers run (multiprocessing reaps loader workers, logging flushes), the
     standard streams are flushed, and the process ends at once. Its agent may still end it with SIGTERM."""
     import atexit
+
     try:
         atexit._run_exitfuncs()  # what a normal exit runs first (the stdlib's own entry point for it)
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 

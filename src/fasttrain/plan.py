@@ -107,7 +107,8 @@ def _compile(profile: Profile, report: HardwareReport) -> tuple[bool, str]:
     if not profile.speed.compile:
         return False, "off in the profile"
     if not report.torch.compile_ok:
-        return False, f"torch.compile cannot work here: {report.torch.compile_reason or 'unknown reason'}; eager instead"
+        reason = report.torch.compile_reason or "unknown reason"
+        return False, f"torch.compile cannot work here: {reason}; eager instead"
     return True, "asked"
 
 

@@ -2,6 +2,7 @@
 whole of it as `to_dict()` (the command's `--json` payload, same keys), and a table of itself in a notebook."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,98 +17,109 @@ if TYPE_CHECKING:
     from fasttrain.hardware.report import HardwareReport
     from fasttrain.plan import Plan as ResolvedPlan
     from fasttrain.profiles.recommend import Recommendation
+    from fasttrain.train.run.summary_record import RunSummary as RunRecord
 
 
-def _path(value: object) -> Path | None:
-    return Path(value) if isinstance(value, str) and value else None
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
 
 
 class RunSummary(Shown):
-    """What `fasttrain.train()` returns: the run's summary, as its folder's summary.json holds it."""
+    """What `fasttrain.train()` returns: a view of the run's summary record (train/run/summary_record.py), the
+    figures people read first as attributes, the whole of it as to_dict() (summary.json, the same keys)."""
 
-    def __init__(self, summary: dict[str, Any]):
-        self.summary = summary
+    def __init__(self, summary: RunRecord | Mapping[str, Any]):
+        """`summary`: the run's record, or a summary.json's object (read back with RunRecord.from_json)."""
+        if isinstance(summary, Mapping):
+            from fasttrain.train.run.summary_record import RunSummary as Record
+            summary = Record.from_json(summary)
+        self.record = summary
         self._plots: str | None = None  # the report's plots as HTML, drawn when a notebook first shows this
 
+    @property
+    def summary(self) -> dict[str, Any]:
+        """summary.json's object (as to_dict())."""
+        return self.record.to_json()
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.summary)
+        return self.record.to_json()
 
     def __getitem__(self, key: str) -> Any:
-        return self.summary[key]
+        return self.to_dict()[key]
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.summary["run_dir"])
+        return Path(self.record.run_dir)
 
     @property
     def epochs_run(self) -> int:
-        return int(self.summary.get("epochs_run") or 0)
+        return self.record.epochs_run or 0
 
     @property
     def best_val_acc1(self) -> float | None:
         """The best validation top-1 accuracy (0..1) and, in best_epoch, the epoch that reached it."""
-        return self.summary.get("best_val_acc1")
+        return self.record.best_val_acc1
 
     @property
     def best_epoch(self) -> int | None:
-        return self.summary.get("best_epoch")
+        return self.record.best_epoch
 
     @property
     def final_val_acc1(self) -> float | None:
-        return self.summary.get("final_val_acc1")
+        return self.record.final_val_acc1
 
     @property
     def final_train_loss(self) -> float | None:
-        return self.summary.get("final_train_loss")
+        return self.record.final_train_loss
 
     @property
     def train_images_per_s(self) -> float | None:
         """Training throughput over the whole run (samples per second for data that are not images)."""
-        return self.summary.get("train_images_per_s")
+        return self.record.train_images_per_s
 
     @property
     def wall_s(self) -> float:
-        return float(self.summary.get("wall_s") or 0.0)
+        return self.record.wall_s or 0.0
 
     @property
     def checkpoint_last(self) -> Path | None:
-        return _path(self.summary.get("checkpoint_last"))
+        return _path(self.record.checkpoint_last)
 
     @property
     def checkpoint_best(self) -> Path | None:
-        return _path(self.summary.get("checkpoint_best"))
+        return _path(self.record.checkpoint_best)
 
     @property
     def interrupted(self) -> str | None:
         """The signal that stopped the run ("SIGINT" for a notebook's interrupt button), else None."""
-        return self.summary.get("interrupted")
+        return self.record.interrupted
 
     @property
     def resume_command(self) -> str | None:
         """How to continue a stopped run (set when a signal stopped it)."""
-        return self.summary.get("resume_command")
+        return self.record.resume_command
 
     @property
     def history(self) -> list[dict[str, Any]]:
-        """One row per epoch: train_loss, val_loss, val_acc1, time_s, ..."""
-        return list(self.summary.get("history") or [])
+        """One row per epoch as metrics.jsonl has it: train_loss, val_loss, val_acc1, train_s, ..."""
+        return [row.to_json() for row in self.record.history]
 
     @property
     def per_class(self) -> list[dict[str, Any]]:
         """Validation accuracy of each class, in class order: {"class", "accuracy", "images"}; of the best epoch
-        where the run has its matrix (summary["per_class_epoch"], ["per_class_basis"]); [] without one."""
-        return list(self.summary.get("per_class") or [])
+        where the run has its matrix (summary.json's per_class_epoch, per_class_basis); [] without one."""
+        return [score.to_json() for score in self.record.per_class or ()]
 
     @property
     def confused(self) -> list[dict[str, Any]]:
         """The most frequent mistakes, most often first: {"true", "predicted", "count", "share" (of true's images)}."""
-        return list(self.summary.get("confused") or [])
+        return [pair.to_json() for pair in self.record.confused or ()]
 
     def _repr_html_(self) -> str:
         """In a notebook: the table a terminal shows, then the run's plots (report.html's, drawn once)."""
         if self._plots is None:
             from fasttrain.api.reports import run_plots_html
-            self._plots = run_plots_html(self.run_dir) if self.summary.get("run_dir") else ""
+            self._plots = run_plots_html(self.run_dir) if self.record.run_dir else ""
         from fasttrain.ui.notebook import text_and_html
         return text_and_html(self._drawn())["text/html"] + self._plots
 
@@ -116,12 +128,12 @@ class RunSummary(Shown):
         from fasttrain.core.given import is_given
         from fasttrain.ui.dashboard_format import epoch_line
         from fasttrain.ui.notebook import summary_table
-        data = str(self.summary.get("data", ""))
+        data = self.record.data or ""
         kind = "custom" if is_given(data) or ":" in data else "images"
-        epochs = max(len(self.history), int(self.summary.get("epochs_run") or 0))
-        for row in self.history:
+        epochs = max(len(self.record.history), self.epochs_run)
+        for row in self.history:  # the epoch table's columns are the row's metrics.jsonl keys
             console.print(epoch_line(row, epochs, console.width, kind), markup=False, highlight=False)
-        console.print(summary_table(self.summary))
+        console.print(summary_table(self.record))
 
     def __repr__(self) -> str:
         return (f"RunSummary(run_dir={str(self.run_dir)!r}, epochs_run={self.epochs_run}, "

@@ -6,7 +6,8 @@ with the profile's batch, image size and augmentation, through the same loaders 
 (datasets.build_datasets + loaders.build_loaders). Settings run in interleaved rounds (medians of images/s;
 the machine is noisy). RAM: RSS summed over the main process and its workers, sampled on a thread while
 batches flow, and PSS summed once at the end of the timed window. Workers are forked copies sharing the
-parent's pages, so the RSS sum counts the shared libraries once per worker; PSS splits shared pages between the processes that map them, so the PSS
+parent's pages, so the RSS sum counts the shared libraries once per worker; PSS splits shared pages between the
+processes that map them, so the PSS
 sum is what the machine really gives up, and it is what the RAM budget is checked against.
 
 The pure parts are bench/loader_sweep.py (the settings, each one's points over rounds) and bench/loader_choice.py

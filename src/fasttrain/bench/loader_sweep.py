@@ -44,7 +44,7 @@ def worker_counts(cores: int, max_workers: int | None = None) -> list[int]:
     """0, 1, 2, 3, 4, then steps of ~1.5x up to the cores, the cores, and one step past them (where more workers
     should stop helping). 2 cores -> [0, 1, 2, 3]; 16 -> [0, 1, 2, 3, 4, 6, 9, 13, 16, 24]."""
     top = max_workers if max_workers is not None else cores + max(1, cores // 2)
-    counts = {w for w in range(min(top, 4) + 1)}
+    counts = set(range(min(top, 4) + 1))
     w = 4
     while w < min(top, cores):
         w = max(w + 1, round(w * 1.5))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -65,16 +65,19 @@ def measure_path(name: str, dataset: TorchvisionFolder | EncodedImages, *, batch
                  images: int, max_seconds: float, gpu: GpuDecoder | None = None) -> dict[str, Any]:
     """One timed pass: images/s (wall, after the first batch) and images per CPU-second (whole pass)."""
     import torch
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, Dataset
 
     from fasttrain.bench.ram import RamSampler
     from fasttrain.datasets.gpu_decode import collate_bytes
     from fasttrain.datasets.loaders import collate_images
 
     # More keys than the timed images: the workers must still be alive (and their CPU readable) at the end.
-    keys = [(i * 7919 + 1, i % len(dataset)) for i in range(max(images, batch_size * 2) + batch_size * (4 + 4 * workers))]
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=keys, num_workers=workers,
-                        collate_fn=collate_bytes if gpu is not None else collate_images)
+    n_keys = max(images, batch_size * 2) + batch_size * (4 + 4 * workers)
+    keys = [(i * 7919 + 1, i % len(dataset)) for i in range(n_keys)]
+    # cast: the datasets are map-style by protocol (__len__, __getitem__); DataLoader's annotation names the class
+    loader: DataLoader[Any] = DataLoader(cast("Dataset[Any]", dataset), batch_size=batch_size, sampler=keys,
+                                         num_workers=workers,
+                                         collate_fn=collate_bytes if gpu is not None else collate_images)
     import psutil
 
     from fasttrain.bench.ram import pss_of
@@ -104,11 +107,11 @@ def _timed(it: Iterator[Batch], gpu: GpuDecoder | None, max_seconds: float, imag
 
     def use(batch: Batch) -> int:
         data, targets, _bad = batch
-        if gpu is not None:
+        if gpu is not None and isinstance(data, list):  # file bytes (collate_bytes), decoded on the GPU
             out, kept = gpu(data, None)
             out.sum().item()  # wait for the device
             return len(kept)
-        else:  # uint8 batches: the normalisation training does in to_device, here on the CPU and counted
+        if not isinstance(data, list):  # uint8 batches: what to_device does in training, here on the CPU, counted
             normalise_batch(data)
         return int(targets.shape[0])
 

@@ -84,27 +84,45 @@ def path_runners(*, sample: list[tuple[str, int]] | None, shards: Path | None, a
     from fasttrain.datasets.transforms import train_transform
 
     transform = train_transform(augment, image_size)
-    common: dict[str, Any] = dict(batch_size=batch_size, workers=workers, images=images, max_seconds=max_seconds)
+    common: dict[str, Any] = {
+        "batch_size": batch_size,
+        "workers": workers,
+        "images": images,
+        "max_seconds": max_seconds,
+    }
     runners: dict[str, Callable[[], dict[str, Any]]] = {}
     if sample:
         runners[BASELINE] = partial(measure_path, BASELINE, TorchvisionFolder(sample, transform), **common)
         runners["fast-decode"] = partial(measure_path, "fast-decode", FastImageFiles(sample, transform), **common)
     if shards is not None:
         manifest = load_manifest(shards)
-        runners["shards"] = partial(measure_path, "shards", ShardImages(
-            shards, manifest["splits"]["train"]["shards"], transform), **common)
+        runners["shards"] = partial(
+            measure_path, "shards", ShardImages(shards, manifest["splits"]["train"]["shards"], transform), **common
+        )
     if gpu_device is not None and sample:
         from fasttrain.datasets.gpu_decode import GpuDecoder
 
-        runners["gpu-decode"] = partial(measure_path, "gpu-decode", FastImageFiles(sample, None),
-                                        gpu=GpuDecoder(transform, gpu_device), **common)
+        runners["gpu-decode"] = partial(
+            measure_path, "gpu-decode", FastImageFiles(sample, None), gpu=GpuDecoder(transform, gpu_device), **common
+        )
     return runners
 
 
-def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_size: int, batch_size: int,
-                  workers: int, images: int, rounds: int, max_seconds: float, train_rate: float | None,
-                  shards: Path | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def compare_paths(
+    bundle: DataBundle,
+    data: str,
+    *,
+    augment: AugmentSpec,
+    image_size: int,
+    batch_size: int,
+    workers: int,
+    images: int,
+    rounds: int,
+    max_seconds: float,
+    train_rate: float | None,
+    shards: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """gather + measure + summarise: {paths: [...], recommendation, sample_images, not_measured: [...]}."""
     import tempfile
     from pathlib import Path
@@ -116,15 +134,22 @@ def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_
     sample = even_sample(pool, images) if pool else None
     skipped = []
     if sample is None:
-        skipped.append({"name": BASELINE, "status": "not measured", "reason": "the prepared set's source (folder "
-                        "or labels table) is not here or does not read: nothing to compare the shards with"})
+        skipped.append(
+            {
+                "name": BASELINE,
+                "status": "not measured",
+                "reason": "the prepared set's source (folder "
+                "or labels table) is not here or does not read: nothing to compare the shards with",
+            }
+        )
     import torch
 
     gpu = torch.device("cuda") if torch.cuda.is_available() else None
     reason = why_not(gpu is not None)
     if reason:
-        skipped.append({"name": "gpu-decode", "label": LABELS["gpu-decode"], "status": "not applicable",
-                        "reason": reason})
+        skipped.append(
+            {"name": "gpu-decode", "label": LABELS["gpu-decode"], "status": "not applicable", "reason": reason}
+        )
     if shards is None and isinstance(bundle.train, ShardImages):
         shards = Path(data)
     with tempfile.TemporaryDirectory(prefix="fasttrain-shards-") as tmp:
@@ -134,13 +159,24 @@ def compare_paths(bundle: DataBundle, data: str, *, augment: AugmentSpec, image_
             shards = prepare_sample(source, classes, sample, Path(tmp) / "set", image_size)
         elif shards is not None and not is_prepared(Path(shards)):
             load_manifest(Path(shards))  # the one-line error
-        runners = path_runners(sample=sample, shards=Path(shards) if shards else None, augment=augment,
-                               image_size=image_size, batch_size=batch_size, workers=workers,
-                               images=TIMED_PASSES * (len(sample) if sample else images), max_seconds=max_seconds,
-                               gpu_device=gpu)
+        runners = path_runners(
+            sample=sample,
+            shards=Path(shards) if shards else None,
+            augment=augment,
+            image_size=image_size,
+            batch_size=batch_size,
+            workers=workers,
+            images=TIMED_PASSES * (len(sample) if sample else images),
+            max_seconds=max_seconds,
+            gpu_device=gpu,
+        )
         rows = combine(run_rounds(runners, rounds, progress))
-    return {"paths": rows + skipped, "recommendation": recommend_path(rows, train_rate),
-            "sample_images": len(sample) if sample else None, "workers": workers}
+    return {
+        "paths": rows + skipped,
+        "recommendation": recommend_path(rows, train_rate),
+        "sample_images": len(sample) if sample else None,
+        "workers": workers,
+    }
 
 
 def _source_samples(bundle: DataBundle, data: str) -> tuple[str, list[str], list[tuple[str, int]]]:

@@ -2,6 +2,7 @@
 (shared pages split between the processes mapping them), read once: what the machine really gives up."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,8 @@ class RamSampler:
     def sample(self) -> int:
         rss = 0
         for p in self._procs():
-            try:
+            with contextlib.suppress(Exception):
                 rss += p.memory_info().rss
-            except Exception:
-                pass
         self.peak_rss = max(self.peak_rss, rss)
         return rss
 

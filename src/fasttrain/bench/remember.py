@@ -15,18 +15,26 @@ if TYPE_CHECKING:
 
 
 # bench setting -> (tuning setting, value) in the measurement cache (tuning/store.py).
-MEASURED_AS: dict[str, tuple[str, SettingValue]] = {"bf16": ("precision", "bf16-mixed"), "fp16": ("precision", "fp16-mixed"),
-               "channels_last": ("channels_last", True), "tf32": ("tf32", True),
-               "cudnn_benchmark": ("cudnn_benchmark", True), "compile": ("compile", True),
-               "fused_optimizer": ("fused_optimizer", True)}
+MEASURED_AS: dict[str, tuple[str, SettingValue]] = {
+    "bf16": ("precision", "bf16-mixed"),
+    "fp16": ("precision", "fp16-mixed"),
+    "channels_last": ("channels_last", True),
+    "tf32": ("tf32", True),
+    "cudnn_benchmark": ("cudnn_benchmark", True),
+    "compile": ("compile", True),
+    "fused_optimizer": ("fused_optimizer", True),
+}
 
 
 def measurements_from_rows(rows: list[dict[str, Any]], today: str) -> list[Measurement]:
     """The measured rows as tuning Measurements ("compile: 0.93x here (bench speedups, DATE)"). Pure."""
     from fasttrain.tuning.store import Measurement
 
-    return [Measurement(*MEASURED_AS[r["setting"]], round(float(r["speedup"]), 3), "bench speedups", today)
-            for r in rows if r.get("status") == "measured" and r["setting"] in MEASURED_AS]
+    return [
+        Measurement(*MEASURED_AS[r["setting"]], round(float(r["speedup"]), 3), "bench speedups", today)
+        for r in rows
+        if r.get("status") == "measured" and r["setting"] in MEASURED_AS
+    ]
 
 
 def workers_measurement(points: list[Point], choice: Point, planned: int, today: str) -> Measurement:
@@ -36,8 +44,14 @@ def workers_measurement(points: list[Point], choice: Point, planned: int, today:
 
     per = best_per_workers(points)
     base = per[min(per, key=lambda w: (abs(w - planned), w))]
-    return Measurement("workers", choice.workers, round(choice.images_per_s / max(base.images_per_s, 1e-9), 2),
-                       "bench loader", today, f"vs {plural(base.workers, 'worker')}, the plan's rule")
+    return Measurement(
+        "workers",
+        choice.workers,
+        round(choice.images_per_s / max(base.images_per_s, 1e-9), 2),
+        "bench loader",
+        today,
+        f"vs {plural(base.workers, 'worker')}, the plan's rule",
+    )
 
 
 def remember_speedups(result: dict[str, Any], report: HardwareReport, model: str) -> None:
@@ -48,13 +62,20 @@ def remember_speedups(result: dict[str, Any], report: HardwareReport, model: str
     found = measurements_from_rows(result["rows"], _today())
     if not found:
         return
-    key = TrialKey(machine_id(report), model, "synthetic", result["image_size"], result["batch_size"],
-                   report.torch.version or "unknown")
+    key = TrialKey(
+        machine_id(report),
+        model,
+        "synthetic",
+        result["image_size"],
+        result["batch_size"],
+        report.torch.version or "unknown",
+    )
     _record(key, found)
 
 
-def remember_loader(points: list[Point], choice: Point, kind: str, plan: Plan,
-                    report: HardwareReport) -> dict[str, Any]:
+def remember_loader(
+    points: list[Point], choice: Point, kind: str, plan: Plan, report: HardwareReport
+) -> dict[str, Any]:
     """The recommended worker count goes to the measurement cache, keyed by this machine and torch, the data kind,
     image size and batch (no model): train's plan and doctor read it through tuning/advice.workers_advice, the
     same code that gives here the count they will use -> {workers, text, recorded}."""
@@ -82,4 +103,5 @@ def _record(key: TrialKey, found: list[Measurement]) -> bool:
 
 def _today() -> str:
     from datetime import date
+
     return date.today().isoformat()

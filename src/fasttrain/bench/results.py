@@ -232,6 +232,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         rows.append({"key": key, "a": x or None, "b": y or None,
                      "ratio": (vb / va) if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va
                      else None})
-    label = lambda d: {"created_at": d.get("created_at"), **{k: d.get("machine", {}).get(k) for k in  # noqa: E731
-                       ("hostname", "cpu", "cores", "gpus", "torch", "fasttrain")}}
+    def label(d: dict[str, Any]) -> dict[str, Any]:
+        return {"created_at": d.get("created_at"), **{k: d.get("machine", {}).get(k) for k in
+                                                      ("hostname", "cpu", "cores", "gpus", "torch", "fasttrain")}}
     return {"kind": a.get("kind"), "a": label(a), "b": label(b), "rows": rows}

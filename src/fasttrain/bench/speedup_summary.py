@@ -30,9 +30,9 @@ def summarize(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 def verdict(measured: float, claimed: float | None, low: float | None = None, high: float | None = None) -> str:
     """Words for the verdict column. When some rounds were faster and some slower than the baseline the median
     alone would overstate what is known, so the row says the rounds disagree."""
-    if measured < 1 - NOISE_BAND or measured > 1 + NOISE_BAND:
-        if low is not None and high is not None and low < 1.0 < high:
-            return f"unclear: rounds disagree ({low:.2f}-{high:.2f}x)"
+    outside_noise = measured < 1 - NOISE_BAND or measured > 1 + NOISE_BAND
+    if outside_noise and low is not None and high is not None and low < 1.0 < high:
+        return f"unclear: rounds disagree ({low:.2f}-{high:.2f}x)"
     if measured < 1 - NOISE_BAND:
         return "slower here"
     if measured <= 1 + NOISE_BAND:

@@ -81,6 +81,26 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
     """A Trainer for this configuration, warmed up (compilation, autotuning, allocator growth happen here).
     Anything that fails to run is a skipped row with the reason, never a crash of the whole bench."""
     silence_cuda_home_warning()
+    from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
+
+    plan = variant.plan
+    cand: Candidate | None = None
+    try:
+        cand, reason = _warmed(variant, model_factory, image_size, num_classes, optim, warmup_steps)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_out_of_memory(exc)
+                                      else f"{type(exc).__name__}: {first}")
+    if not reason and cand is not None:
+        return cand
+    cand = None  # the model, optimizer and batch go with it (and with the exception, gone after its handler)
+    free_device_memory(plan.device, reset_peak_stats=True)  # before the next configuration allocates its own
+    return Skipped(variant.name, reason)
+
+
+def _warmed(variant: Variant, model_factory: Callable[[], nn.Module], image_size: int, num_classes: int,
+            optim: OptimSpec, warmup_steps: int) -> tuple[Candidate, str]:
+    """(the candidate after its warm-up, why it does not count: "" when it does)."""
     import torch
 
     from fasttrain.bench.park import Parking
@@ -88,37 +108,25 @@ def build_candidate(variant: Variant, model_factory: Callable[[], nn.Module], *,
     from fasttrain.train.loop import step
     from fasttrain.train.loop import trainer as loop
     from fasttrain.train.loop.events import Collaborators
-    from fasttrain.train.loop.oom import free_device_memory, is_out_of_memory
 
     warnings: list[str] = []
     plan = variant.plan
-    cand: Candidate | None = None
-    reason = ""
-    try:
-        # No non-finite guard: on CUDA it syncs (.item()) and passes over the gradients each step unless the
-        # optimizer is fused, so the unfused baseline would carry a cost no plain loop has and every ratio lean.
-        engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append,
-                                       nonfinite_guard=False)
-        trainer = loop.Trainer(engine, collaborators=Collaborators(warn=warnings.append))
-        gen = torch.Generator().manual_seed(0)
-        images = torch.randn(plan.batch_size, 3, image_size, image_size, generator=gen)
-        targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)
-        images, targets = trainer.engine.to_device(images, targets)
-        cand = Candidate(variant, trainer, images, targets, warnings, Parking(engine.device))
-        run_steps(cand, max(1, warmup_steps))
-        park(cand)
-        runner = trainer.engine.runner
-        if isinstance(runner, CompileGuard) and not runner.active:
-            reason = f"torch.compile failed, train would run eager: {runner.fallback_reason}"
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        reason = "failed to run: " + (f"out of memory at batch {plan.batch_size}" if is_out_of_memory(exc)
-                                      else f"{type(exc).__name__}: {first}")
-    if not reason and cand is not None:
-        return cand
-    cand = trainer = engine = images = targets = runner = None
-    free_device_memory(plan.device, reset_peak_stats=True)  # before the next configuration allocates its own
-    return Skipped(variant.name, reason)
+    # No non-finite guard: on CUDA it syncs (.item()) and passes over the gradients each step unless the
+    # optimizer is fused, so the unfused baseline would carry a cost no plain loop has and every ratio lean.
+    engine = step.StepEngine.build(plan, optim, model_factory(), batches_per_epoch=10**6, warn=warnings.append,
+                                   nonfinite_guard=False)
+    trainer = loop.Trainer(engine, collaborators=Collaborators(warn=warnings.append))
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(plan.batch_size, 3, image_size, image_size, generator=gen)
+    targets = torch.randint(0, num_classes, (plan.batch_size,), generator=gen)
+    images, targets = trainer.engine.to_device(images, targets)
+    cand = Candidate(variant, trainer, images, targets, warnings, Parking(engine.device))
+    run_steps(cand, max(1, warmup_steps))
+    park(cand)
+    runner = trainer.engine.runner
+    if isinstance(runner, CompileGuard) and not runner.active:
+        return cand, f"torch.compile failed, train would run eager: {runner.fallback_reason}"
+    return cand, ""
 
 
 def run_steps(cand: Candidate, steps: int) -> float:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from fasttrain.core.format import fmt_bytes
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
     from fasttrain.bench.loader_sweep import Point
     from fasttrain.train.setup.batch_search import AutoBatch
@@ -48,8 +48,10 @@ def render_speedups(result: dict[str, Any], path: Path, out: Console) -> None:
     table = Table(title=f"bench speedups: {result['model']} at {result['image_size']} px, batch "
                         f"{result['batch_size']}, {result['device']}; median of {result['rounds']} interleaved "
                         f"rounds x {result['steps']} steps", title_justify="left")
-    for col, justify in (("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
-                         ("the notes claim", "left"), ("verdict / reason", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("setting", "left"), ("images/s", "right"), ("measured", "right"), ("range", "right"),
+        ("the notes claim", "left"), ("verdict / reason", "left"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for r in result["rows"]:
         label = r["label"] + (f" ({r['note']})" if r.get("note") else "")
@@ -104,8 +106,9 @@ def render_loader(result: dict[str, Any], points: list[Point], knee: Point, choi
     top = max(p.images_per_s for p in points)
     table = Table(title=f"bench loader: {result['data']}, batch {result['batch_size']}, {result['image_size']} px, "
                         f"{result['cores']} cores; median of {result['rounds']} rounds", title_justify="left")
-    columns = [("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"), ("", "left"),
-               ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")]
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("workers", "right"), ("prefetch", "right"), ("images/s", "right"), ("range", "right"), ("", "left"),
+        ("RAM (PSS)", "right"), ("RSS sum", "right"), ("start-up", "right"), ("", "left")]
     rows = []
     for p in points:
         key = (p.workers, p.prefetch)
@@ -152,8 +155,10 @@ def render_paths(result: dict[str, Any], out: Console) -> None:
     table = Table(title=f"input paths on {result['paths_sample_images'] or '?'} sampled files, "
                         f"{result['paths_workers']} workers; median of {result['rounds']} interleaved rounds",
                   title_justify="left")
-    for col, justify in (("path", "left"), ("images/s", "right"), ("per core", "right"),
-                         ("per core vs torchvision", "right"), ("RAM (PSS)", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("path", "left"), ("images/s", "right"), ("per core", "right"), ("per core vs torchvision", "right"),
+        ("RAM (PSS)", "right"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for r in result["paths"]:
         if r["status"] != "measured":

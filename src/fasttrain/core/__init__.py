@@ -1,7 +1,8 @@
 """The bottom layer: what every other folder may use, and nothing heavy.
 
 Errors that become exit codes, how numbers read on screen, the terminal check and one console per
-stream, did-you-mean suggestions, the cache directory, atomic file writes, the shared batch/LR/RAM arithmetic (`fasttrain.core.arithmetic`),
+stream, did-you-mean suggestions, the cache directory, atomic file writes, the shared batch/LR/RAM arithmetic
+(`fasttrain.core.arithmetic`),
 and the lazy package faces themselves.
 """
 from fasttrain.core.exports import lazy_face

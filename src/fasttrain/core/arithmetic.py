@@ -52,7 +52,9 @@ def batch_bytes(batch_size: int, image_size: int, channels: int = 3, overhead: f
     return int(batch_size * channels * image_size * image_size * LOADER_BYTES_PER_ELEMENT * overhead)
 
 
-def loader_ram_bytes(workers: int, prefetch_factor: int | None, one_batch_bytes: int, processes_per_node: int = 1) -> int:
+def loader_ram_bytes(
+    workers: int, prefetch_factor: int | None, one_batch_bytes: int, processes_per_node: int = 1
+) -> int:
     """Batches the loaders hold in host RAM on one machine: workers x prefetch x batch bytes, per process.
 
     With 0 workers the main process loads one batch at a time, so one batch is held.
@@ -71,8 +73,9 @@ def default_workers(cores: int, fraction: float = 0.75) -> int:
     return max(0, math.floor(cores * fraction))
 
 
-def workers_within_budget(workers: int, prefetch_factor: int | None, one_batch_bytes: int, budget_bytes: int,
-                          processes_per_node: int = 1) -> int:
+def workers_within_budget(
+    workers: int, prefetch_factor: int | None, one_batch_bytes: int, budget_bytes: int, processes_per_node: int = 1
+) -> int:
     """The largest worker count <= `workers` whose loader RAM fits the budget (0 if even one does not)."""
     for w in range(workers, 0, -1):
         if loader_ram_bytes(w, prefetch_factor, one_batch_bytes, processes_per_node) <= budget_bytes:
@@ -80,9 +83,9 @@ def workers_within_budget(workers: int, prefetch_factor: int | None, one_batch_b
     return 0
 
 
-
-
-def loader_shm_bytes(workers: int, prefetch_factor: int | None, raw_batch_bytes: int, processes_per_node: int = 1) -> int:
+def loader_shm_bytes(
+    workers: int, prefetch_factor: int | None, raw_batch_bytes: int, processes_per_node: int = 1
+) -> int:
     """/dev/shm the DataLoader needs: each worker hands finished batches to the main process through shared
     memory, so up to workers x prefetch batches are in flight, plus the one being consumed, per process.
     Raw tensor bytes (no decode overhead): that is what lands in shm. 0 workers: nothing goes through shm.

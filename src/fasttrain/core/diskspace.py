@@ -17,9 +17,10 @@ _TORCH_WRITE_MESSAGES = ("unexpected pos", "pytorchstreamwriter failed writing",
 
 def _chain(exc: BaseException) -> list[BaseException]:
     seen: list[BaseException] = []
-    while exc is not None and all(exc is not s for s in seen) and len(seen) < 20:
-        seen.append(exc)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    link: BaseException | None = exc
+    while link is not None and all(link is not s for s in seen) and len(seen) < 20:
+        seen.append(link)
+        link = link.__cause__ or link.__context__
     return seen
 
 

@@ -46,7 +46,7 @@ class CallableModule(types.ModuleType):
         import inspect
         return inspect.signature(_call_target(self))
 
-    @property  # type: ignore[override]
+    @property
     def __doc__(self) -> str | None:  # the function's documentation first, then the module's own
         own = vars(self).get("__doc__")
         return "\n\n".join(d for d in ((_call_target(self).__doc__ or ""), own or "") if d) or None

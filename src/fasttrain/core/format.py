@@ -21,7 +21,7 @@ def fmt_clock(seconds: float | None, missing: str = "-") -> str:
     """A running time or an ETA as h:mm:ss (the dashboard's columns keep their width)."""
     if seconds is None:
         return missing
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 

@@ -20,6 +20,7 @@ import hashlib
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
 
@@ -110,7 +111,8 @@ def table_name(frame: object) -> str:
     """The run's name for a DataFrame of image paths and labels: `python:DataFrame#1a2b3c4d` (its columns and
     length, so two different tables of one call do not share a name)."""
     try:
-        text = f"{list(map(str, frame.columns))}|{len(frame)}"  # type: ignore[attr-defined, arg-type]
+        table: Any = frame  # a DataFrame, typed loosely: core never imports pandas
+        text = f"{list(map(str, table.columns))}|{len(table)}"
     except Exception:
         text = type(frame).__qualname__
     return f"{PREFIX}{_label(type(frame))}#{hashlib.sha1(text.encode('utf-8', 'replace')).hexdigest()[:8]}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.profiles.presets import Resolved
 from fasttrain.profiles.schema import DataSpec
@@ -33,7 +33,8 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
     classes, sample = _sample(folder, seed, resolved.profile.data)
     thumbs, labels = sample.thumbs, sample.labels
     upscaling = upscale_note(sample.sides, resolved.profile.loader.image_size)
-    flags, notes = {}, [upscaling] if upscaling else []
+    flags: dict[str, tuple[str, Any]] = {}
+    notes = [upscaling] if upscaling else []
     hflip = augment.hflip
     test = mirror_test(shrunk(thumbs), labels, len(classes)) if hflip > 0 else None
     if test is not None and test.handed:

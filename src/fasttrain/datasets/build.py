@@ -7,8 +7,8 @@ strict=True the loader raises a UserError naming the file instead.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.given import datasets as given_datasets
@@ -19,6 +19,9 @@ from fasttrain.datasets.decoded import DecodeBudget
 from fasttrain.datasets.image_folder import VAL_FRACTION, Samples
 from fasttrain.datasets.transforms import IMAGENET, Norm
 from fasttrain.profiles.schema import AugmentSpec, DataSpec
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # `synthetic` has no files; this many samples make one epoch, so iterations per epoch stay meaningful.
 SYNTHETIC_EPOCH_SAMPLES = 10_000
@@ -48,10 +51,11 @@ class ImageFiles:
         from PIL import Image
 
         path, target = self.samples[index]
-        try:
+        errors: tuple[type[BaseException], ...] = (*_DECODE_ERRORS, Image.DecompressionBombError)  # typed: see
+        try:                                                                 # fast_decode.file_errors()
             with Image.open(path) as opened:
                 image = opened.convert("RGB")
-        except (*_DECODE_ERRORS, Image.DecompressionBombError) as exc:
+        except errors as exc:
             return BadSample(path, f"{type(exc).__name__}: {exc}")
         from fasttrain.datasets.transforms import transformed
 
@@ -124,7 +128,7 @@ def _given_bundle(spec: str, num_classes: int | None, image_size: int, augment: 
         return _image_bundle((data.classes, data.train, data.val), spec, image_size, augment, strict, decode, norm)
     from fasttrain.datasets.custom import datasets_bundle
 
-    return datasets_bundle(given, spec, num_classes, said="the given (train, val) pair's")  # type: ignore[arg-type]
+    return datasets_bundle(given, spec, num_classes, said="the given (train, val) pair's")
 
 
 def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, image_size: int, augment: AugmentSpec,
@@ -182,6 +186,6 @@ class SyntheticBatches:
     def __len__(self) -> int:
         return self.steps
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         for step in range(self.steps):
             yield self.batches[step % len(self.batches)]

@@ -79,10 +79,10 @@ def _crops(thumbs: np.ndarray, area: float, corners: np.ndarray) -> np.ndarray:
     from PIL import Image
 
     n, side, _ = thumbs.shape
-    cut = max(2, int(round(side * area ** 0.5)))
+    cut = max(2, round(side * area ** 0.5))
     out = np.empty(thumbs.shape, dtype=np.float64)
     for i in range(n):
         y, x = (corners[i] * (side - cut + 1)).astype(int)
         piece = Image.fromarray(np.ascontiguousarray(thumbs[i, y:y + cut, x:x + cut]).astype(np.uint8))
-        out[i] = np.asarray(piece.resize((side, side), Image.BILINEAR), dtype=np.float64)
+        out[i] = np.asarray(piece.resize((side, side), Image.Resampling.BILINEAR), dtype=np.float64)
     return out

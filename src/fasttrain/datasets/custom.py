@@ -124,7 +124,7 @@ def _check_label(y: Any, where: str, fix: str) -> None:
     import numpy as np
     import torch
 
-    if isinstance(y, np.generic) or isinstance(y, np.ndarray):
+    if isinstance(y, (np.generic, np.ndarray)):
         y = torch.as_tensor(np.asarray(y)) if np.asarray(y).dtype != object else y
     if isinstance(y, bool):
         raise UserError([Problem("--data", f"{where}[0] label is a bool, not a class index", fix, y)])

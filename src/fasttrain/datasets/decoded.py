@@ -24,7 +24,7 @@ from fasttrain.core import arithmetic as ar
 from fasttrain.core.cache_dir import default_cache_dir
 from fasttrain.core.errors import UserError
 from fasttrain.datasets.decoded_images import DecodedImages
-from fasttrain.datasets.fast_decode import DECODE_ERRORS
+from fasttrain.datasets.fast_decode import file_errors
 from fasttrain.datasets.pixel_cache import CACHE_SUBDIR, cache_key, load_pixels
 from fasttrain.datasets.transforms import IMAGENET, Norm
 from fasttrain.hardware.report import HardwareReport
@@ -108,7 +108,7 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
         try:
             with Image.open(path) as img:
                 sizes[i, 1], sizes[i, 0] = img.size
-        except (*DECODE_ERRORS, Image.DecompressionBombError) as exc:
+        except file_errors() as exc:
             bad[i] = f"{type(exc).__name__}: {exc}"
         if i + 1 == HEADER_SAMPLE and i + 1 < len(samples):
             seen = sizes[: i + 1]

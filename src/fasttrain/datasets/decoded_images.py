@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fasttrain.datasets.fast_decode import DECODE_ERRORS, decode
+from fasttrain.datasets.fast_decode import decode, file_errors
 from fasttrain.datasets.inference import val_pixels
 from fasttrain.datasets.pixel_cache import save_pixels
 from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm
@@ -92,7 +92,7 @@ class DecodedImages:
             images = batch_augment.normalise(pixels.float(), self.norm)
         else:
             images = batch_augment.train_batch(pixels, sizes, self.image_size,
-                                               tuple(self.augment.random_resized_crop_scale),
+                                               self.augment.random_resized_crop_scale,
                                                self.augment.hflip, keys[kept], self.norm)
         return images, self._targets[keep], bad
 
@@ -117,7 +117,6 @@ class DecodedImages:
                 self._decode_one(i)
 
     def _decode_one(self, i: int) -> None:
-        from PIL import Image
 
         path = self.samples[i][0]
         try:
@@ -128,7 +127,7 @@ class DecodedImages:
                 self.ready[i] = True
                 return
             tensor, _ = decode(data)
-        except (*DECODE_ERRORS, Image.DecompressionBombError) as exc:
+        except file_errors() as exc:
             self.bad[i] = f"{type(exc).__name__}: {exc}"
         else:
             h, w = int(tensor.shape[1]), int(tensor.shape[2])

@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 
 # PIL raises these for unreadable, truncated or hostile files; torchvision's decoder raises RuntimeError.
 DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, SyntaxError, RuntimeError)
+
+
+def file_errors() -> tuple[type[BaseException], ...]:
+    """DECODE_ERRORS and PIL's DecompressionBombError (more pixels than PIL's limit): what reading one file raises.
+    A function so PIL is imported only when images are read; typed, so `except file_errors()` type-checks (an
+    `except (*DECODE_ERRORS, X)` tuple does not)."""
+    from PIL import Image
+    return (*DECODE_ERRORS, Image.DecompressionBombError)
 # DCT scaling gives 1/2, 1/4, 1/8 of the size: below 2x there is nothing to gain.
 MIN_REDUCTION = 2.0
 JPEG_MAGIC = b"\xff\xd8\xff"

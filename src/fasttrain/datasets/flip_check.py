@@ -124,7 +124,7 @@ def sample_images(samples: Sequence[tuple[Any, int]], *, seed: int = 0, n: int =
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    pick = rng.choice(len(samples), size=min(n, len(samples)), replace=False) if samples else []
+    pick = rng.choice(len(samples), size=min(n, len(samples)), replace=False) if samples else np.empty(0, int)
     thumbs, labels, sides = [], [], []
     for i in pick:
         path, label = samples[int(i)]
@@ -132,7 +132,7 @@ def sample_images(samples: Sequence[tuple[Any, int]], *, seed: int = 0, n: int =
             with Image.open(open_source(path) if open_source else path) as image:
                 side = min(image.size)  # before draft(), which shrinks a JPEG's size to what it will decode
                 image.draft("L", (size * 2, size * 2))  # JPEG: decode at a fraction of the size
-                thumbs.append(np.asarray(image.convert("L").resize((size, size), Image.BILINEAR)))
+                thumbs.append(np.asarray(image.convert("L").resize((size, size), Image.Resampling.BILINEAR)))
         except (OSError, ValueError):
             continue
         labels.append(label)

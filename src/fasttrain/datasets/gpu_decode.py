@@ -73,7 +73,7 @@ class GpuDecoder:
         out: list[Any | None] = [None] * len(data)
         if jpeg:
             try:
-                for i, image in zip(jpeg, self._decode([data[i] for i in jpeg], self.device)):
+                for i, image in zip(jpeg, self._decode([data[i] for i in jpeg], self.device), strict=True):
                     out[i] = image
             except RuntimeError:  # one bad file fails nvJPEG's batch: decode those one by one on the CPU below
                 pass

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.datasets.fast_decode import (
-    DECODE_ERRORS,
     ScaledNormalise,
     decode,
+    file_errors,
     header_size,
     is_jpeg,
 )
@@ -69,7 +69,6 @@ def batches(files: Sequence[Path], image_size: int, crop_pct: float, mean: Seque
             batch_size: int) -> Iterator[tuple[list[Path], torch.Tensor | None, list[tuple[Path, str]]]]:
     """(files read, their images as one normalised float batch or None, (file, reason) for the unreadable ones)."""
     import torch
-    from PIL import Image
 
     normalise = ScaledNormalise(list(mean), list(std))
     for start in range(0, len(files), batch_size):
@@ -78,6 +77,6 @@ def batches(files: Sequence[Path], image_size: int, crop_pct: float, mean: Seque
             try:
                 images.append(val_pixels(Path(path).read_bytes(), image_size, crop_pct))
                 read.append(path)
-            except (*DECODE_ERRORS, Image.DecompressionBombError) as exc:
+            except file_errors() as exc:
                 bad.append((path, f"{type(exc).__name__}: {exc}"))
         yield read, (normalise(torch.stack(images)) if images else None), bad

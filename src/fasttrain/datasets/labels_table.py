@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
 
@@ -98,14 +99,14 @@ def parse_table(raw: bytes, where: str, *, tab: bool = False) -> Table:
     return Table(header, rows, where)
 
 
-def frame_table(frame: object) -> Table:
+def frame_table(frame: Any) -> Table:  # Any: duck-typed, so pandas is never imported here
     """A DataFrame-like object (`.columns` + `.itertuples` or `.to_dict("records")`) -> Table, cells as text."""
     try:
-        header = [str(c).strip() for c in frame.columns]  # type: ignore[attr-defined]
+        header = [str(c).strip() for c in frame.columns]
         if hasattr(frame, "itertuples"):
-            records = [list(r) for r in frame.itertuples(index=False, name=None)]  # type: ignore[attr-defined]
+            records = [list(r) for r in frame.itertuples(index=False, name=None)]
         else:
-            records = [[r.get(c) for c in frame.columns] for r in frame.to_dict("records")]  # type: ignore[attr-defined]
+            records = [[r.get(c) for c in frame.columns] for r in frame.to_dict("records")]
     except Exception as exc:
         raise UserError([Problem("data", f"cannot read the DataFrame's rows ({type(exc).__name__}: {exc})",
                                  "pass a pandas DataFrame of image paths and labels")]) from None

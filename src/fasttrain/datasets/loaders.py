@@ -91,14 +91,14 @@ def quiet_fd_handoff_race() -> None:
             if not (args.thread is not None and is_handoff_race(args.thread.name, args.exc_value)):
                 previous_thread_hook(args)
 
-        thread_hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]
+        thread_hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]  # a mark on the function: installed once
         threading.excepthook = thread_hook
     if not getattr(previous_hook, "fasttrain_fd_filter", False):
         def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
             if not is_handoff_race(threading.current_thread().name, value):
                 previous_hook(kind, value, tb)
 
-        hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]
+        hook.fasttrain_fd_filter = True  # type: ignore[attr-defined]  # a mark on the function: installed once
         sys.excepthook = hook
 
 
@@ -154,7 +154,7 @@ def skip_bad(bundle: DataBundle, bad: list[tuple[str, str]]) -> None:
         path, reason = bad[0]
         raise UserError([Problem("--strict-data", f"cannot read image {path}: {reason}",
                                  "fix or remove the file, or run without --strict-data to skip and count it")])
-    bundle.bad.record([tuple(b) for b in bad])  # pin_memory may have turned tuples into lists
+    bundle.bad.record([(path, reason) for path, reason in bad])  # pin_memory may have turned tuples into lists
 
 
 class DecodedLoader:

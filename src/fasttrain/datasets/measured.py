@@ -8,6 +8,7 @@ the prepared set's source folder, or a set prepared from it) is the one quoted. 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,8 @@ def _same_data(data: Path) -> set[str]:
     from fasttrain.datasets.shards import MANIFEST
 
     keys = {_key(data)}
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         keys.add(_key(json.loads((data / MANIFEST).read_text(encoding="utf-8")).get("source")))
-    except (OSError, ValueError, AttributeError):
-        pass
     return {k for k in keys if k}
 
 

@@ -96,7 +96,7 @@ def write_shapes(out: Path, *, seed: int, spec: ShapesSpec) -> None:
     """Write the whole set into `out` (no caching, no atomicity: ensure_shapes adds those)."""
     counts = {"train": spec.train_per_class, "val": spec.val_per_class}
     for split, per_class in counts.items():
-        for label, name in enumerate(CLASSES):
+        for name in CLASSES:
             (out / split / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class * len(CLASSES)):
             label = i % len(CLASSES)
@@ -123,22 +123,24 @@ def draw_image(label: int, *, seed: int, split: str, index: int, spec: ShapesSpe
     small = image.resize((spec.image_size, spec.image_size), Image.Resampling.BOX)
     if spec.noise > 0:
         pixels = np.asarray(small, dtype=np.float32)
-        pixels = pixels + rng.normal(0.0, spec.noise, size=pixels.shape)
-        small = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        noisy = pixels + rng.normal(0.0, spec.noise, size=pixels.shape)
+        small = Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
     return small
 
 
 def _colour(rng: np.random.Generator) -> tuple[int, int, int]:
-    return tuple(int(c) for c in rng.integers(0, 256, size=3))  # type: ignore[return-value]
+    red, green, blue = (int(c) for c in rng.integers(0, 256, size=3))
+    return red, green, blue
 
 
 def _contrasting(rng: np.random.Generator, background: tuple[int, int, int]) -> tuple[int, int, int]:
     """A random colour far enough from the background (Euclidean RGB distance > 120) to be seen."""
     for _ in range(50):
         colour = _colour(rng)
-        if sum((a - b) ** 2 for a, b in zip(colour, background)) > 120**2:
+        if sum((a - b) ** 2 for a, b in zip(colour, background, strict=True)) > 120**2:
             return colour
-    return tuple(255 - c for c in background)  # type: ignore[return-value]
+    red, green, blue = background
+    return 255 - red, 255 - green, 255 - blue
 
 
 def _clutter(canvas: ImageDraw.ImageDraw, rng: np.random.Generator, big: int, n: int, thin: bool = False) -> None:

@@ -45,7 +45,7 @@ def encode_one(path: str, short_side: int) -> tuple[bytes, str]:
     w, h = rgb.size
     if min(w, h) > short_side:
         k = short_side / min(w, h)
-        rgb = rgb.resize((max(short_side, round(w * k)), max(short_side, round(h * k))), Image.BICUBIC,
+        rgb = rgb.resize((max(short_side, round(w * k)), max(short_side, round(h * k))), Image.Resampling.BICUBIC,
                          reducing_gap=3.0)
     out = io.BytesIO()
     if fmt == "JPEG":

@@ -70,7 +70,11 @@ def parse_sample(text: str, class_names: Sequence[str], where: str = FLAG) -> Sa
     if "" in ids:
         raise bad(f"row {ids.index('') + 2} has no id in its first column ({columns[0]!r})")
     seen: set[str] = set()
-    twice = [i for i in ids if i in seen or seen.add(i)]  # type: ignore[func-returns-value]
+    twice: list[str] = []  # every repeat, in the order they come
+    for i in ids:
+        if i in seen:
+            twice.append(i)
+        seen.add(i)
     if twice:
         raise bad(f"{len(twice):,} id(s) appear more than once, e.g. {_examples(twice)}")
     rest, names = columns[1:], set(class_names)
@@ -138,7 +142,8 @@ def lay_out(files: Sequence[str], probabilities: Sequence[Sequence[float]], clas
     if sample is None:
         if per_class:
             columns = ["file", *class_names]
-            rows = [{"file": f, **dict(zip(class_names, map(float, probabilities[k])))} for k, f in enumerate(files)]
+            rows = [{"file": f, **dict(zip(class_names, map(float, probabilities[k]), strict=True))}
+                    for k, f in enumerate(files)]
             return Submission(columns, rows)
         rows = [{"file": f, "class": c, "confidence": p} for k, f in enumerate(files) for c, p in [top(k)]]
         return Submission(["file", "class", "confidence"], rows)
@@ -147,12 +152,15 @@ def lay_out(files: Sequence[str], probabilities: Sequence[Sequence[float]], clas
     if per_class or sample.per_class:
         columns = sample.columns if sample.per_class else [id_column, *class_names]
         position = {name: index for index, name in enumerate(class_names)}  # once, not a search per cell
-        rows = [{id_column: i, **{c: float(probabilities[k][position[c]]) for c in columns[1:]}}
-                for i, k in zip(sample.ids, order)]
+        rows = [
+            {id_column: i, **{c: float(probabilities[k][position[c]]) for c in columns[1:]}}
+            for i, k in zip(sample.ids, order, strict=True)
+        ]
         return Submission(columns, rows, dropped)
     label = sample.columns[1]
-    return Submission(sample.columns[:2], [{id_column: i, label: top(k)[0]} for i, k in zip(sample.ids, order)],
-                      dropped)
+    return Submission(
+        sample.columns[:2], [{id_column: i, label: top(k)[0]} for i, k in zip(sample.ids, order, strict=True)], dropped
+    )
 
 
 def csv_text(submission: Submission) -> str:
@@ -161,6 +169,16 @@ def csv_text(submission: Submission) -> str:
     writer = csv.DictWriter(text, fieldnames=submission.columns, lineterminator="\n")
     writer.writeheader()
     for row in submission.rows:
-        writer.writerow({k: (f"{v:.4f}" if k == "confidence" and "class" in row and isinstance(v, float)
-                             else fmt_probability(v) if isinstance(v, float) else v) for k, v in row.items()})
+        writer.writerow(
+            {
+                k: (
+                    f"{v:.4f}"
+                    if k == "confidence" and "class" in row and isinstance(v, float)
+                    else fmt_probability(v)
+                    if isinstance(v, float)
+                    else v
+                )
+                for k, v in row.items()
+            }
+        )
     return text.getvalue()

@@ -120,7 +120,7 @@ def table_data(table: Table, base: Path, *, image_column: str | None, label_name
                       f"with a blank {table.header[label_index]!r}", "data.label_column")
     found: dict[int, str] = {}  # the rows kept, each with its image (first row of each image, in table order)
     seen, twice = set(), 0
-    for row, (path, label) in enumerate(zip(paths, labels)):
+    for row, (path, label) in enumerate(zip(paths, labels, strict=True)):
         if path is None or not label or (split and split[1][row] == "test"):
             continue
         if path in seen:

@@ -10,6 +10,7 @@ else there is no target and the data-disk rule only reports the measured speed.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 from collections.abc import Callable
@@ -99,10 +100,9 @@ def data_facts(data: Path, profile: Profile | None = None, report: HardwareRepor
     elif profile is not None and report is not None:
         from fasttrain.core.errors import UserError
         from fasttrain.datasets.decoded import would_decode
-        try:
+        # not an image folder train could read: its own findings and train say why
+        with contextlib.suppress(UserError):
             facts["decoded_once"], facts["decoding"] = would_decode(data, profile, report)
-        except UserError:  # not an image folder train could read: its own findings and train say why
-            pass
     facts["gain"] = gain_sentence(find_path_gains(data), data)
     return facts
 

@@ -19,7 +19,8 @@ def _loader_words(c: Context) -> str:
     p = c.profile
     assert p is not None
     procs = f" x {p.world.gpus_per_node} processes" if p.world.gpus_per_node > 1 else ""
-    return (f"{plural(p.loader.num_workers, 'worker')} x prefetch {p.loader.prefetch_factor or 2} x batch {p.loader.batch_size} "
+    return (f"{plural(p.loader.num_workers, 'worker')} x prefetch {p.loader.prefetch_factor or 2} "
+            f"x batch {p.loader.batch_size} "
             f"at {p.loader.image_size}px{procs}")
 
 

@@ -27,7 +27,7 @@ def rule_session_limit(c: Context) -> Finding | None:
     quota = f"; GPU time also draws on a weekly quota of about {row['weekly_gpu_hours']} h" \
         if row["weekly_gpu_hours"] else ""
     budget = hours - MARGIN_H
-    flag = f"{int(budget)}h{int(round((budget % 1) * 60)):02d}m" if budget % 1 else f"{int(budget)}h"
+    flag = f"{int(budget)}h{round((budget % 1) * 60):02d}m" if budget % 1 else f"{int(budget)}h"
     return Finding("session", "warn", f"{row['platform']} session: about {hours:g} h",
                    f"a {row['platform']} notebook session ends after about {hours:g} hours{quota}; a run still going "
                    "then is cut off mid-schedule", f"fasttrain train --time-budget {flag} (or --deadline HH:MM): the "

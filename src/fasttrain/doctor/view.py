@@ -4,6 +4,7 @@ Off a terminal (CI, `| tee`) render.console() prints plain text, so the same pan
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +65,22 @@ def hardware_panel(r: HardwareReport) -> Panel:
                      f"load {c.load_1m if c.load_1m is not None else '?'}")
     m = r.memory
     limit = f" (container limit {fmt_bytes(m.cgroup_limit_bytes, '-')})" if m.cgroup_limit_bytes else ""
-    t.add_row("RAM", f"{fmt_bytes(m.ram_available_bytes, '-')} available of {fmt_bytes(m.ram_total_bytes, '-')}{limit}; "
-                     f"swap {fmt_bytes(m.swap_used_bytes, '-')} / {fmt_bytes(m.swap_total_bytes, '-')}")
+    t.add_row(
+        "RAM",
+        f"{fmt_bytes(m.ram_available_bytes, '-')} available of {fmt_bytes(m.ram_total_bytes, '-')}{limit}; "
+        f"swap {fmt_bytes(m.swap_used_bytes, '-')} / {fmt_bytes(m.swap_total_bytes, '-')}",
+    )
     t.add_row("/dev/shm", f"{fmt_bytes(m.shm_free_bytes, '-')} free of {fmt_bytes(m.shm_total_bytes, '-')}")
     for d in r.disks:
-        speed = (f"; read {d.read_mb_per_s:,.1f} MB/s, {d.files_per_s:,.0f} files/s ({d.sample_files} files)"
-                 if d.files_per_s else "")
-        t.add_row(f"disk ({d.role})", f"{d.path}: {fmt_bytes(d.free_bytes, '-')} free of {fmt_bytes(d.total_bytes, '-')}{speed}")
+        speed = (
+            f"; read {d.read_mb_per_s:,.1f} MB/s, {d.files_per_s:,.0f} files/s ({d.sample_files} files)"
+            if d.files_per_s
+            else ""
+        )
+        t.add_row(
+            f"disk ({d.role})",
+            f"{d.path}: {fmt_bytes(d.free_bytes, '-')} free of {fmt_bytes(d.total_bytes, '-')}{speed}",
+        )
     return Panel(t, title="hardware", title_align="left")
 
 
@@ -78,9 +88,16 @@ def software_panel(r: HardwareReport) -> Panel:
     t = _kv_table()
     tor = r.torch
     if tor.installed:
-        build = "CPU-only build" if tor.cpu_only_build else f"CUDA {tor.cuda_version}, cuDNN {cudnn_text(tor.cudnn_version)}"
-        t.add_row("torch", f"{tor.version} ({build}); CUDA usable: {'yes' if r.has_cuda else 'no'}"
-                           f"{f', {tor.device_count} device(s)' if tor.device_count else ''}")
+        build = (
+            "CPU-only build"
+            if tor.cpu_only_build
+            else f"CUDA {tor.cuda_version}, cuDNN {cudnn_text(tor.cudnn_version)}"
+        )
+        t.add_row(
+            "torch",
+            f"{tor.version} ({build}); CUDA usable: {'yes' if r.has_cuda else 'no'}"
+            f"{f', {tor.device_count} device(s)' if tor.device_count else ''}",
+        )
     else:
         t.add_row("torch", "not installed")
     t.add_row("driver", f"{r.driver_version} (CUDA up to {r.cuda_driver_version})" if r.driver_version else "none")
@@ -113,8 +130,11 @@ def findings_panel(findings: list[Finding], label: str) -> Panel:
     # reason became `findings (profile: cpu (best match; `train` uses it wh...`); the reason is the first line.
     name, _, why = label.partition(" (")
     if why:
-        return Panel(Group(Text(f"profile {name}: {why.removesuffix(')')}", style="dim"), t),
-                     title=f"findings (profile {name})", title_align="left")
+        return Panel(
+            Group(Text(f"profile {name}: {why.removesuffix(')')}", style="dim"), t),
+            title=f"findings (profile {name})",
+            title_align="left",
+        )
     return Panel(t, title=f"findings (profile {label})", title_align="left")
 
 
@@ -129,16 +149,27 @@ def recommendation_panel(rec: Recommendation, written: Path | None) -> Panel:
         changed = "*" if key in rec.changes else " "
         t.add_row(f"{changed}{key}", "null" if value is None else str(value), rec.reasons.get(key, ""))
     lines = [f"preset {rec.preset}; * = differs from the preset"] + [f"note: {n}" for n in rec.notes]
-    lines.append(f"written to {written}: fasttrain train --profile {written}" if written
-                 else "save it: fasttrain doctor --write-profile my-machine.yaml")
+    lines.append(
+        f"written to {written}: fasttrain train --profile {written}"
+        if written
+        else "save it: fasttrain doctor --write-profile my-machine.yaml"
+    )
     from rich.console import Group
     from rich.text import Text
-    return Panel(Group(Text(lines[0]), t, *[Text(line) for line in lines[1:]]), title="recommendation",
-                 title_align="left")
+
+    return Panel(
+        Group(Text(lines[0]), t, *[Text(line) for line in lines[1:]]), title="recommendation", title_align="left"
+    )
 
 
-def render(report: HardwareReport, findings: list[Finding], rec: Recommendation, label: str,
-           written: Path | None, out: Console | None = None) -> None:
+def render(
+    report: HardwareReport,
+    findings: list[Finding],
+    rec: Recommendation,
+    label: str,
+    written: Path | None,
+    out: Console | None = None,
+) -> None:
     """The four panels, on `out` (default: stdout's console): `doctor --all`, and the API's report in a notebook."""
     out = out or console()
     out.print(hardware_panel(report))
@@ -162,22 +193,26 @@ def render_brief(result: DoctorResult, out: Console | None = None) -> None:
     ok (failures first) with their fixes, the count of the rest, and the recommendation's changes in a line."""
     out = out or console()
     out.print(Text(f"verdict: {result.verdict}", style=STATUS_STYLE[result.status][1]))
-    plain = {"highlight": False, "markup": False}  # a profile's path or a GPU's name is not Rich markup
-    out.print(f"machine: {machine_line(result.report)}", **plain)
-    out.print(f"profile: {result.profile}", **plain)
+    plain = functools.partial(out.print, highlight=False, markup=False)  # a path or a GPU's name is not markup
+    plain(f"machine: {machine_line(result.report)}")
+    plain(f"profile: {result.profile}")
     bad = [f for f in result.findings if f.status == "fail"] + [f for f in result.findings if f.status == "warn"]
     if bad:
         out.print(findings_table(bad))
-    out.print(f"{counts_line(result.findings)} (all of it: fasttrain doctor --all)", **plain)
+    plain(f"{counts_line(result.findings)} (all of it: fasttrain doctor --all)")
     rec = result.recommendation
-    changes = ", ".join(f"{k}={'null' if v is None else v}" for k, v in rec.changes.items()
-                        if not k.startswith("hardware."))
-    out.print(f"recommended: preset {rec.preset}" + (f", changed: {changes}" if changes else " as it is"), **plain)
+    changes = ", ".join(
+        f"{k}={'null' if v is None else v}" for k, v in rec.changes.items() if not k.startswith("hardware.")
+    )
+    plain(f"recommended: preset {rec.preset}" + (f", changed: {changes}" if changes else " as it is"))
     for note in rec.notes:
         if not note.startswith(MEASURED_NOTES):
-            out.print(f"note: {note}", **plain)
-    out.print(f"written to {result.written}: fasttrain train --profile {result.written}" if result.written
-              else "save it: fasttrain doctor --write-profile my-machine.yaml", **plain)
+            plain(f"note: {note}")
+    plain(
+        f"written to {result.written}: fasttrain train --profile {result.written}"
+        if result.written
+        else "save it: fasttrain doctor --write-profile my-machine.yaml"
+    )
 
 
 def machine_line(r: HardwareReport) -> str:
@@ -189,5 +224,4 @@ def machine_line(r: HardwareReport) -> str:
     gpus = ", ".join(label if n == 1 else f"{n} x {label}" for label, n in names.items()) or "no GPU"
     torch = r.torch.version if r.torch.installed else "not installed"
     build = " (CPU-only build)" if r.torch.installed and r.torch.cpu_only_build else ""
-    return (f"{gpus}, {plural(r.cores, 'core')}, {fmt_bytes(r.memory.ram_total_bytes, '-')} RAM; "
-            f"torch {torch}{build}")
+    return f"{gpus}, {plural(r.cores, 'core')}, {fmt_bytes(r.memory.ram_total_bytes, '-')} RAM; torch {torch}{build}"

@@ -23,10 +23,7 @@ def load() -> dict[str, Any]:
 
 def group_key(precision: str, tf32: bool, channels_last: bool) -> str:
     """The compute-efficiency group: precision family x memory layout, as the published rows split them."""
-    if precision in ("fp16-mixed", "bf16-mixed"):
-        family = "amp"
-    else:
-        family = "tf32" if tf32 else "fp32"
+    family = "amp" if precision in ("fp16-mixed", "bf16-mixed") else "tf32" if tf32 else "fp32"
     return f"{family}-{'channels_last' if channels_last else 'nchw'}"
 
 
@@ -66,21 +63,22 @@ def gpu_ceilings(spec: GpuSpec, precision: str, tf32: bool, channels_last: bool,
     group = group_key(precision, tf32_used, channels_last)
     eff = g["compute_efficiency"]
     peak = spec.peak_flops(precision, tf32_used)
+    bandwidth = spec.bandwidth_bytes_per_s
     conv_tf32 = not amp and spec.tf32_supported      # PyTorch's default for convolutions
     conv_peak = spec.peak_flops("fp32", True) if conv_tf32 else peak
     unknown = []
     for value, field_name in ((peak, spec.peak_field(precision, tf32_used)),
                               (conv_peak, spec.peak_field("fp32", True)),
                               (spec.peak_flops("fp32"), "fp32_tflops"),
-                              (spec.bandwidth_bytes_per_s, "bandwidth_gbps")):
+                              (bandwidth, "bandwidth_gbps")):
         if value is None and f"{field_name} of {spec.name}" not in unknown:
             unknown.append(f"{field_name} of {spec.name}")
     ceilings = None
-    if not unknown:
+    if not unknown and peak is not None and bandwidth is not None:  # the two `is not None`: for the type checker
         family = precision_family(precision, tf32_used)
         layout = 0.0 if channels_last or not amp else g["nchw_amp_conv_bytes"]
         mem = g.get("amp_memory_efficiency", g["memory_efficiency"]) if amp else g["memory_efficiency"]
-        ceilings = Ceilings(peak_flops=peak, bandwidth=spec.bandwidth_bytes_per_s, compute_efficiency=eff[family],
+        ceilings = Ceilings(peak_flops=peak, bandwidth=bandwidth, compute_efficiency=eff[family],
                             memory_efficiency=mem, depthwise_efficiency=g["depthwise_efficiency"],
                             op_overhead_s=g["op_overhead_s"], compile_pointwise_bytes=g["compile_pointwise_bytes"],
                             conv_peak_flops=conv_peak, conv_efficiency=eff["tf32" if conv_tf32 else family],

@@ -89,20 +89,22 @@ def _tensors(tree: Any) -> list[Any]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
-def _make_recorder():
-    """A dispatch mode that records (op, flops, batch-scaled bytes, fixed bytes) for every aten call."""
+def _make_recorder() -> Any:
+    """The class of a dispatch mode (defined here: torch is imported only when counting) that records (op, flops,
+    batch-scaled bytes, fixed bytes) for every aten call."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode  # the documented base of dispatch modes
     from torch.utils.flop_counter import flop_registry
 
     class Recorder(TorchDispatchMode):
-        def __init__(self, fixed_storages: set[int]):
+        def __init__(self, fixed_storages: set[int]) -> None:
             super().__init__()
             self.fixed = fixed_storages
             self.records: list[tuple[str, float, float, float, bool]] = []
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             packet = func._overloadpacket  # flop_registry is keyed by overload packet; torch has no public name
@@ -162,7 +164,7 @@ def _one_pass(model: Any, batch: int, image_size: int, dtype: Any, in_chans: int
     fixed |= {StorageWeakRef(b.untyped_storage()).cdata for b in model.buffers()}
     saved: dict[int, tuple[str, int]] = {}
 
-    def pack(t):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         key = StorageWeakRef(t.untyped_storage()).cdata
         if key not in fixed and key not in saved:
             saved[key] = (str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes())
@@ -170,9 +172,9 @@ def _one_pass(model: Any, batch: int, image_size: int, dtype: Any, in_chans: int
 
     x = torch.empty(batch, in_chans, image_size, image_size, device="meta", dtype=dtype)
     recorder = _make_recorder()(fixed)
-    with FlopCounterMode(display=False) as fwd_counter, recorder:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = model(x)
+    with (FlopCounterMode(display=False) as fwd_counter, recorder,
+          torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)):
+        out = model(x)
     if isinstance(out, (tuple, list)):
         out = out[0]
     forward_flops = fwd_counter.get_total_flops()
@@ -217,7 +219,7 @@ def model_cost(name: str, image_size: int, num_classes: int = 1000, precision: s
     ops = []
     forward_ops = large["n_forward_ops"]
     if len(small["records"]) == len(large["records"]):
-        for (n, f0, v0, c0, dw), (_n, f1, v1, _c1, _dw) in zip(small["records"], large["records"]):
+        for (n, f0, v0, c0, dw), (_n, f1, v1, _c1, _dw) in zip(small["records"], large["records"], strict=True):
             per_sample_bytes = max(v1 - v0, 0.0) / span
             ops.append(OpCost(n, max(f1 - f0, 0.0) / span, per_sample_bytes,
                               c0 + max(v0 - per_sample_bytes * b0, 0.0), dw))
@@ -247,9 +249,9 @@ def measured_saved_bytes(name: str, image_size: int, batch: int, num_classes: in
     params = {StorageWeakRef(p.untyped_storage()).cdata for p in model.parameters()}
     params |= {StorageWeakRef(b.untyped_storage()).cdata for b in model.buffers()}
     seen: dict[int, int] = {}
-    keep = []
+    keep: list[torch.Tensor] = []
 
-    def pack(t):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         keep.append(t)  # hold the tensor so its storage address is not reused within this pass
         key = t.untyped_storage().data_ptr()
         if StorageWeakRef(t.untyped_storage()).cdata not in params and key not in seen:
@@ -258,6 +260,5 @@ def measured_saved_bytes(name: str, image_size: int, batch: int, num_classes: in
 
     x = torch.randn(batch, 3, image_size, image_size)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(x)
-    del out, keep
+        keep.append(model(x))  # the output too: no saved tensor is freed (its address reused) mid-count
     return sum(seen.values()) / batch

@@ -12,7 +12,12 @@ Units: FLOP/s, bytes/s, seconds per byte.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ WINDOW_S = 0.06
 QUICK_WINDOW_S = 0.02
 
 
-def _time_per_call(fn, budget_s: float = WINDOW_S) -> float:
+def _time_per_call(fn: Callable[[], object], budget_s: float = WINDOW_S) -> float:
     """Mean seconds per call over a `budget_s` window (at least 3 calls), not the best call: on a shared machine
     the time slices that neighbours take show up here just as they will in training steps."""
     fn()  # warm-up: allocation, oneDNN primitive creation
@@ -104,7 +109,7 @@ def _measure_now(threads: int | None, dtype: str, channels_last: bool, window_s:
         torch.set_num_threads(previous)
 
 
-def _small_conv_seconds(dtype, channels_last: bool, window_s: float) -> tuple[float, float, float]:
+def _small_conv_seconds(dtype: torch.dtype, channels_last: bool, window_s: float) -> tuple[float, float, float]:
     """Forward + backward (input and weight gradients) of a 1x1 conv on a 2x2 map. -> seconds, FLOPs, weight bytes."""
     import torch
     n, c, p = SMALL_CONV["batch"], SMALL_CONV["channels"], SMALL_CONV["pixels"]
@@ -113,7 +118,7 @@ def _small_conv_seconds(dtype, channels_last: bool, window_s: float) -> tuple[fl
     w = torch.randn(c, c, 1, 1, dtype=dtype).to(memory_format=layout).requires_grad_()
     grad = torch.randn(n, c, p, p, dtype=dtype).to(memory_format=layout)
 
-    def step():
+    def step() -> None:
         torch.autograd.grad(torch.nn.functional.conv2d(x, w), (x, w), grad)
 
     forward_flops = 2 * n * p * p * c * c

@@ -9,6 +9,7 @@ Units: images/s per core.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -119,10 +120,8 @@ def per_core_rate(image_size: int, augment: AugmentSpec, cache_dir: Path | None 
     if not isinstance(rate, (int, float)) or rate <= 0:
         rate = measure(image_size, augment)
         if path is not None:
-            try:
+            with contextlib.suppress(OSError):
                 write_text_atomic(path, json.dumps({**cached, key: rate}, indent=1))
-            except OSError:
-                pass
     w, h = SOURCE_SIZE
     return LoaderSample(float(rate), f"estimate from this CPU ({cpu_name()}): one core decodes + augments "
                                      f"{float(rate):,.0f} generated {w}x{h} JPEGs/s to {image_size} px",

@@ -114,12 +114,13 @@ def forecast(plan: Plan, profile: Profile, cost: ModelCost, device: DeviceCeilin
         unknown.append("data loading speed (give --data DIR to measure it)")
 
     per_device = compute_rate
-    if per_device is not None and loader_rate is not None and loader.estimated:
-        bound = batch / (step.seconds + batch / loader_rate) if plan.workers == 0 else min(per_device, loader_rate)
-        loader_info["input_bound_images_per_s"] = bound
-        loader_info["input_bound_epoch_s"] = iterations * batch / bound if bound < per_device else None
-    elif per_device is not None and loader_rate is not None:
-        if plan.workers == 0:   # the main process decodes, then computes: the two add up
+    # a loader rate comes with a loader sample, a compute rate with a step time: spelled out for the type checker
+    if step is not None and per_device is not None and loader is not None and loader_rate is not None:
+        if loader.estimated:
+            bound = batch / (step.seconds + batch / loader_rate) if plan.workers == 0 else min(per_device, loader_rate)
+            loader_info["input_bound_images_per_s"] = bound
+            loader_info["input_bound_epoch_s"] = iterations * batch / bound if bound < per_device else None
+        elif plan.workers == 0:   # the main process decodes, then computes: the two add up
             per_device = batch / (step.seconds + batch / loader_rate)
         else:
             per_device = min(per_device, loader_rate)
@@ -206,32 +207,47 @@ def _prices(epoch_s: float | None, total_s: float | None, hw: Any, nodes: int) -
     }
 
 
-def bottleneck(step: StepTime | None, compute_rate: float | None, loader_rate: float | None, loader_info: dict[str, Any],
-               loader: LoaderSample | None, host: HostBudget, device: DeviceCeilings,
-               host_warning: HostWarning | None = None) -> dict[str, str]:
+def bottleneck(
+    step: StepTime | None,
+    compute_rate: float | None,
+    loader_rate: float | None,
+    loader_info: dict[str, Any],
+    loader: LoaderSample | None,
+    host: HostBudget,
+    device: DeviceCeilings,
+    host_warning: HostWarning | None = None,
+) -> dict[str, str]:
     """The one thing that limits the run, the numbers that show it, and the fix where there is one."""
     if host_warning is not None:
-        return {"name": "host RAM", "evidence": f"as asked, {host_warning.message} (the forecast runs the workers "
-                                                "the plan caps to)", "fix": host_warning.fix}
+        return {
+            "name": "host RAM",
+            "evidence": f"as asked, {host_warning.message} (the forecast runs the workers the plan caps to)",
+            "fix": host_warning.fix,
+        }
     if not host.fits:
-        return {"name": "host RAM", "evidence": f"loaders and processes need {fmt_bytes(host.total)} "
-                                                f"of {fmt_bytes(host.capacity)} RAM",
-                "fix": "fewer loader workers or a smaller prefetch_factor / batch"}
-    if loader_rate is not None and compute_rate is not None and loader_rate < compute_rate:
+        return {
+            "name": "host RAM",
+            "evidence": f"loaders and processes need {fmt_bytes(host.total)} of {fmt_bytes(host.capacity)} RAM",
+            "fix": "fewer loader workers or a smaller prefetch_factor / batch",
+        }
+    if loader is not None and loader_rate is not None and compute_rate is not None and loader_rate < compute_rate:
         return _input_bound(compute_rate, loader_rate, loader_info, loader, device)
     if step is None:
         return {"name": "unknown", "evidence": "cannot price compute: " + "; ".join(device.unknown)}
     compute = step.compute_bound_s / step.seconds
     memory = (step.memory_bound_s + step.optimizer_s) / step.seconds
     overhead = step.overhead_s / step.seconds
-    split = f"step time: {compute:.0%} at the FLOP roof, {memory:.0%} at the bandwidth roof, {overhead:.0%} per-op overhead"
+    split = (
+        f"step time: {compute:.0%} at the FLOP roof, {memory:.0%} at the bandwidth roof, {overhead:.0%} per-op overhead"
+    )
     if step.limiter == "compute":
         return {"name": "compute", "evidence": split}
     return {"name": "memory bandwidth", "evidence": split}
 
 
-def _input_bound(compute_rate: float, loader_rate: float, info: dict[str, Any], loader: LoaderSample,
-                 device: DeviceCeilings) -> dict[str, str]:
+def _input_bound(
+    compute_rate: float, loader_rate: float, info: dict[str, Any], loader: LoaderSample, device: DeviceCeilings
+) -> dict[str, str]:
     """The loader cannot feed the device: how many decode, how fast, and how many workers it would take."""
     workers, cores = info["workers"], info.get("cores")
     need = math.ceil(compute_rate / loader.images_per_s_per_worker)
@@ -241,10 +257,15 @@ def _input_bound(compute_rate: float, loader_rate: float, info: dict[str, Any], 
         fix = f"{need} decoding cores would keep up"
         if cores is not None and need > cores:
             fix += f", more than the machine's {cores}: store the images nearer the train size or decode on the GPU"
-        return {"name": "input pipeline (estimate)",
-                "evidence": f"{who} feed about {loader_rate:,.0f} images/s ({loader.images_per_s_per_worker:,.0f} "
-                            f"per core, estimate from this CPU), below the {kind}'s {compute_rate:,.0f}: input-bound",
-                "fix": fix}
-    return {"name": "data loading", "evidence": f"{who} decode {loader_rate:,.0f} images/s, "
-                                                f"the {kind} could take {compute_rate:,.0f}: needs {plural(need, 'worker')}",
-            "fix": f"loader.num_workers={need}" + (f" (the machine has {cores} cores)" if cores else "")}
+        return {
+            "name": "input pipeline (estimate)",
+            "evidence": f"{who} feed about {loader_rate:,.0f} images/s ({loader.images_per_s_per_worker:,.0f} "
+            f"per core, estimate from this CPU), below the {kind}'s {compute_rate:,.0f}: input-bound",
+            "fix": fix,
+        }
+    return {
+        "name": "data loading",
+        "evidence": f"{who} decode {loader_rate:,.0f} images/s, "
+        f"the {kind} could take {compute_rate:,.0f}: needs {plural(need, 'worker')}",
+        "fix": f"loader.num_workers={need}" + (f" (the machine has {cores} cores)" if cores else ""),
+    }

@@ -136,10 +136,10 @@ def target_for(profile: Profile, gpu_flag: str | None, local: HardwareReport | N
         local = local_report()
     local_gpu = local.training_gpu()
     if local_gpu is not None:
-        spec = gpus.find_gpu(local_gpu.name)
-        if spec is not None:
+        local_spec = gpus.find_gpu(local_gpu.name)  # None: a GPU the spec table does not list
+        if local_spec is not None:
             plan = make_plan(profile, local, dataset_size)
-            dev = calibration.gpu_ceilings(spec, plan.precision, plan.tf32, plan.channels_last)
+            dev = calibration.gpu_ceilings(local_spec, plan.precision, plan.tf32, plan.channels_last)
             dev = dataclasses.replace(dev, memory_bytes=local_gpu.memory_total_bytes)
             return Target(plan, dev, local.memory.ram_total_bytes, "this machine", local.cpu.logical_cores)
     from fasttrain.estimate import cpu_ceiling

@@ -102,14 +102,14 @@ def measure_batched(files: list[Path] | list[bytes], augment: AugmentSpec, image
 
     from fasttrain.datasets import batch_augment
 
-    with Image.open(files[0]) as img:  # type: ignore[arg-type]
+    with Image.open(files[0]) as img:
         width, height = img.size
     pixels = torch.zeros(batch, 3, height, width, dtype=torch.uint8)
     sizes = torch.tensor([[height, width]] * batch, dtype=torch.int32)
-    scale = tuple(augment.random_resized_crop_scale)
+    scale = augment.random_resized_crop_scale
 
     def one(k: int) -> None:
-        batch_augment.train_batch(pixels, sizes, image_size, scale, augment.hflip,  # type: ignore[arg-type]
+        batch_augment.train_batch(pixels, sizes, image_size, scale, augment.hflip,
                                   batch_augment.sample_keys(0, k, np.arange(batch)))
 
     done, elapsed = timed_rate(one, list(range(64)), budget_s, min_done=3, max_done=64)

@@ -1,5 +1,6 @@
 """What a forecast run needs in memory: one device's training memory at a batch (weights, gradients, optimizer
-state, autocast copies, the weights' moving average, activations, workspace) and the largest batch that fits, and the host RAM the loaders,
+state, autocast copies, the weights' moving average, activations, workspace) and the largest batch that fits, and the
+host RAM the loaders,
 processes and (on a CPU) the training take. Pure: from the model's counts, the plan and calibrated constants."""
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from fasttrain.estimate.forecast import Forecast
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from fasttrain.estimate.result import Estimate
 
@@ -20,7 +21,7 @@ def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
-def _table(title: str):
+def _table(title: str) -> Table:
     from rich.table import Table
     table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column("quantity", style="cyan")
@@ -43,21 +44,25 @@ def render_forecast(fc: Forecast, out: Console, header: str) -> None:
     t.add_row("parameters", f"{m['params'] / 1e6:,.2f} M", "")
     t.add_row("forward", _num(m["forward_flops_per_sample"] / 1e9, unit=" GFLOP"), "torch.utils.flop_counter")
     t.add_row("training", _num(m["train_flops_per_sample"] / 1e9, unit=" GFLOP"),
-              f"forward + backward = {m['train_flops_per_sample'] / max(m['forward_flops_per_sample'], 1):.2f} x forward")
+              f"forward + backward = "
+              f"{m['train_flops_per_sample'] / max(m['forward_flops_per_sample'], 1):.2f} x forward")
     t.add_row("activations", fmt_bytes(m["activation_bytes_per_sample"]),
               f"saved for backward, {m['activation_dtype']}, at {m['image_size']} px")
     out.print(t)
 
     t = _table(f"schedule and speed on {fc.device['name']}")
     t.add_row("iterations per epoch", f"{s['iterations_per_epoch']:,}",
-              f"{'floor' if s['drop_last'] else 'ceil'}({s['dataset_size']:,} / ({s['batch_size']} x {s['world_size']}))")
+              f"{'floor' if s['drop_last'] else 'ceil'}"
+              f"({s['dataset_size']:,} / ({s['batch_size']} x {s['world_size']}))")
     if s["world_size"] > 1:
-        t.add_row("world", f"{s['world_size']} GPUs", f"{plural(s['nodes'], 'machine')} x {plural(s['gpus_per_node'], 'GPU')}; "
+        t.add_row("world", f"{s['world_size']} GPUs",
+                  f"{plural(s['nodes'], 'machine')} x {plural(s['gpus_per_node'], 'GPU')}; "
                   f"scaling efficiency {sp['multi_device_efficiency']:.0%} (fitted on 8-GPU published rows)")
     t.add_row("total batch", f"{s['effective_batch']:,}",
               f"{s['batch_size']} x {s['accumulation_steps']} accumulation x {plural(s['world_size'], 'device')}; "
               f"LR {s['base_lr']:g} -> {s['scaled_lr']:.4g}")
-    t.add_row("plan", f"{s['precision']}", f"channels_last={s['channels_last']} compile={s['compile']} tf32={s['tf32']}")
+    t.add_row("plan", f"{s['precision']}",
+              f"channels_last={s['channels_last']} compile={s['compile']} tf32={s['tf32']}")
     t.add_row("step time", _num(sp["step_time_s"], "{:.3f}", " s"),
               _num(sp["it_per_s"], "{:.2f}", " it/s") if sp["it_per_s"] else "")
     t.add_row("images/s", _num(sp["images_per_s"], "{:,.0f}"),
@@ -92,7 +97,8 @@ def render_forecast(fc: Forecast, out: Console, header: str) -> None:
 
     h = fc.host_ram
     t = _table("host RAM (per machine)")
-    t.add_row("loader buffers", fmt_bytes(h.loader_buffers), f"workers x prefetch x batch bytes; budget {fmt_bytes(h.loader_budget)}")
+    t.add_row("loader buffers", fmt_bytes(h.loader_buffers),
+              f"workers x prefetch x batch bytes; budget {fmt_bytes(h.loader_budget)}")
     t.add_row("processes", fmt_bytes(h.processes), "main process + workers")
     if h.model_training:
         t.add_row("training state", fmt_bytes(h.model_training), "the CPU trains in RAM")
@@ -218,7 +224,7 @@ def render_measure(result: dict[str, Any], out: Console, forecast_device: str | 
     for key, label, fmt in (("images_per_s", "images/s", "{:,.1f}"), ("step_time_s", "step time (s)", "{:.3f}"),
                             ("peak_memory_bytes", "peak memory", None)):
         f, m = result["forecast"].get(key), result["measured"].get(key)
-        show = (lambda v: fmt_bytes(v)) if fmt is None else (lambda v: fmt.format(v))
+        show = fmt_bytes if fmt is None else fmt.format
         ratio = f"{m / f:.2f}" if f and m else "-"
         table.add_row(label, "unknown" if f is None else show(f), "-" if m is None else show(m), ratio)
     out.print(table)

@@ -188,9 +188,9 @@ def finish_gpu(gpu: GpuInfo, torch_devices: list[dict], torch_saw_cuda: bool | N
         update.update(compute_capability=match["capability"], compute_capability_source="torch")
     elif gpu.compute_capability is None and (cc := table_capability(gpu.name)):
         update.update(compute_capability=cc, compute_capability_source="table")
-    cc = update.get("compute_capability", gpu.compute_capability)
-    if cc:
-        ampere = float(str(cc)) >= 8.0
+    capability = update.get("compute_capability", gpu.compute_capability)
+    if capability:
+        ampere = float(str(capability)) >= 8.0
         update.update(bf16_supported=ampere, tf32_supported=ampere)
     if torch_saw_cuda is not None:
         update["visible_to_torch"] = match is not None if torch_devices else False

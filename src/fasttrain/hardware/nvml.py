@@ -124,12 +124,13 @@ def probe_nvml(exclude_pids: Iterable[int] = (), process_name: Callable[[int], s
 
     library: the pynvml module (default), or an object with the same functions (tests on GPU-less machines).
     """
-    nv = library
-    if nv is None:
+    if library is None:
         try:
-            import pynvml as nv
+            import pynvml
         except ImportError:
             return NvmlResult(False, "nvidia-ml-py (pynvml) is not installed")
+        library = pynvml
+    nv = library
     try:
         nv.nvmlInit()
     except Exception as exc:

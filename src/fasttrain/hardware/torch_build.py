@@ -33,7 +33,7 @@ def _dist_version(prefix: str) -> str | None:
     if exact:
         return exact
     for dist in md.distributions():
-        name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+        name = str((dist.metadata.get_all("Name") or [""])[0]).lower().replace("_", "-")
         if name.startswith(prefix):
             return dist.version
     return None
@@ -111,8 +111,7 @@ def static_info() -> TorchInfo:
     if spec is None or not spec.origin:
         return TorchInfo(installed=False, cpu_only_build=True, c_compiler=cc, cxx_compiler=cxx, probe_method="static")
     fields = read_version_file(Path(spec.origin).parent)
-    cuda = fields.get("cuda") if isinstance(fields.get("cuda"), str) else None
-    hip = fields.get("hip") if isinstance(fields.get("hip"), str) else None
+    cuda, hip = (v if isinstance(v := fields.get(k), str) else None for k in ("cuda", "hip"))
     version = fields.get("__version__") or _safe_version("torch")
     triton = _safe_version("triton") if importlib.util.find_spec("triton") else None
     cuda_major = (cuda or "").split(".")[0]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
+from types import ModuleType
+from typing import Any
 
 
-def _nccl(torch) -> str | None:
+def _nccl(torch: ModuleType) -> str | None:
     try:
         version = torch.cuda.nccl.version()
     except Exception:  # a build without NCCL, or no CUDA at all
@@ -22,7 +24,7 @@ def _nccl(torch) -> str | None:
     return str(version)
 
 
-def _devices(torch, free: str) -> list[dict]:
+def _devices(torch: ModuleType, free: str) -> list[dict[str, Any]]:
     """Each device as torch numbers it. free: "all" (this child: the contexts it makes go away with it),
     "current" (a training process: only the device it trains on, whose context it holds anyway) or "none"."""
     out = []

@@ -38,7 +38,7 @@ def build_given(name: str, *, for_run: bool, build: Callable[[Callable[..., obje
         if for_run:
             return obj
         return _meta_copy(obj) if _building_on_meta() else copy.deepcopy(obj)
-    return build(obj)  # type: ignore[arg-type]
+    return build(obj)  # type: ignore[arg-type]  # not a Module (returned above): a class or a builder
 
 
 def _building_on_meta() -> bool:

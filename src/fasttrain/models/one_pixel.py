@@ -11,7 +11,8 @@ When a convolution's output is 1x1, it is exactly a dot product of the taps that
 input: `F.linear` over the flattened input and the matching taps of the kernel. The weights stay where they
 were (the taps are read from the same parameter: the same state_dict and checkpoints; the taps that only ever
 see padding get a gradient of zero, as they do in the convolution, laid out as the weight is), and the result
-is the same sums in another order. Measured (benchmarks/one_pixel.py; docs/benchmarks.md, "One-pixel convolutions"): resnet18 at 32 px,
+is the same sums in another order. Measured (benchmarks/one_pixel.py; docs/benchmarks.md, "One-pixel convolutions"):
+resnet18 at 32 px,
 batch 64, channels_last, fused AdamW, 65.0 -> 45.5 ms a step in bf16 (1.43x), 1.33x in fp32; outputs identical.
 
 Applied on the CPU only (`prepare_model`), where it was measured; grouped convolutions (depthwise) keep their
@@ -25,8 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def one_pixel_taps(in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
-                   padding: tuple[int, int], dilation: tuple[int, int]) -> tuple[tuple[int, int], ...] | None:
+def one_pixel_taps(in_hw: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+                   padding: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
     """For a zero-padded convolution of an input of `in_hw` pixels: ((first tap row, end), (first tap column,
     end)) of the kernel taps that meet real input, when the output is one pixel; None when it is larger, the
     convolution is dilated, or no tap meets real input. Pure.
@@ -51,8 +52,10 @@ class OnePixelConv2d(nn.Conv2d):
     so a model converted in place (to_one_pixel) loads and saves as before."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        taps = one_pixel_taps(tuple(input.shape[-2:]), self.kernel_size, self.stride, self.padding,
-                              self.dilation) if self.padding_mode == "zeros" and self.groups == 1 else None
+        taps = None
+        # padding "same"/"valid" (nn.Conv2d keeps the string) is left to the convolution, as to_one_pixel does
+        if self.padding_mode == "zeros" and self.groups == 1 and isinstance(self.padding, tuple):
+            taps = one_pixel_taps(tuple(input.shape[-2:]), self.kernel_size, self.stride, self.padding, self.dilation)
         if taps is None:
             return super().forward(input)
         (r0, r1), (c0, c1) = taps
@@ -71,15 +74,15 @@ class KernelTaps(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, weight: torch.Tensor, r0: int, r1: int, c0: int,
                 c1: int) -> torch.Tensor:
-        ctx.taps = (r0, r1, c0, c1)  # type: ignore[attr-defined]
-        ctx.layout = (weight.shape, weight.stride(), weight.dtype, weight.device)  # type: ignore[attr-defined]
+        ctx.taps = (r0, r1, c0, c1)  # type: ignore[attr-defined]  # FunctionCtx: set what backward needs
+        ctx.layout = (weight.shape, weight.stride(), weight.dtype, weight.device)  # type: ignore[attr-defined]  # as above
         return weight[:, :, r0:r1, c0:c1].contiguous()
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
+    def backward(ctx: torch.autograd.function.FunctionCtx,
                  grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
-        r0, r1, c0, c1 = ctx.taps  # type: ignore[attr-defined]
-        shape, stride, dtype, device = ctx.layout  # type: ignore[attr-defined]
+        r0, r1, c0, c1 = ctx.taps  # type: ignore[attr-defined]  # set by forward
+        shape, stride, dtype, device = ctx.layout  # type: ignore[attr-defined]  # set by forward
         full = torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
         full[:, :, r0:r1, c0:c1] = grad
         return full, None, None, None, None
@@ -89,10 +92,12 @@ def to_one_pixel(model: nn.Module) -> int:
     """Turn every plain nn.Conv2d of `model` (not a subclass: timm's same-padding and other variants compute
     something else) into an OnePixelConv2d in place -> how many were turned. Ungrouped ones with a kernel larger
     than 1x1 only: grouped ones never take the matrix path, and a 1x1 kernel has no padding taps to skip (its
-    one-pixel outputs, resnet50's bottlenecks on 1x1 maps, were not measured)."""
+    one-pixel outputs, resnet50's bottlenecks on 1x1 maps, were not measured), and with numbers for padding, not
+    "same" or "valid" (kept as the string, which the taps' arithmetic cannot use)."""
     turned = 0
     for module in model.modules():
-        if type(module) is nn.Conv2d and module.groups == 1 and module.kernel_size != (1, 1):
+        if (type(module) is nn.Conv2d and module.groups == 1 and module.kernel_size != (1, 1)
+                and isinstance(module.padding, tuple)):
             module.__class__ = OnePixelConv2d
             turned += 1
     return turned
@@ -104,6 +109,6 @@ def to_plain(model: nn.Module) -> int:
     restored = 0
     for module in model.modules():
         if type(module) is OnePixelConv2d:
-            module.__class__ = nn.Conv2d
+            module.__class__ = nn.Conv2d  # type: ignore[assignment]  # the class swap is the point: same parameters
             restored += 1
     return restored

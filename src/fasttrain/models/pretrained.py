@@ -48,7 +48,8 @@ def stay_offline() -> None:
                                           _truthy(os.environ.get("TRANSFORMERS_OFFLINE")) else "fasttrain")
     os.environ.update(OFFLINE_ENV)
     os.environ[OWNER_ENV] = owner
-    constants = sys.modules.get("huggingface_hub.constants")
+    # Any: a module found by name, so the type checker cannot know its attributes
+    constants: Any = sys.modules.get("huggingface_hub.constants")
     if constants is not None:
         constants.HF_HUB_OFFLINE = True
         constants.HF_HUB_DISABLE_TELEMETRY = True

@@ -11,7 +11,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,9 @@ from fasttrain.core.given import is_given
 from fasttrain.core.suggest import did_you_mean
 
 # Their home is models/pretrained.py; cli.py, api/ and the plan name them here, with the models.
-from fasttrain.models.pretrained import OFFLINE_ENV, pretrained_source, stay_offline  # noqa: F401
+from fasttrain.models.pretrained import OFFLINE_ENV as OFFLINE_ENV
+from fasttrain.models.pretrained import pretrained_source as pretrained_source
+from fasttrain.models.pretrained import stay_offline as stay_offline
 
 if TYPE_CHECKING:
     from torch import nn
@@ -99,6 +101,7 @@ def _describe(exc: BaseException) -> str:
 
 def call_builder(fn: Callable[..., Any], spec: str, num_classes: int, image_size: int | None) -> Any:
     """Call the user's builder with the keywords it takes (num_classes, img_size/image_size)."""
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # builtins and some C callables have no signature
@@ -166,7 +169,7 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, in_chans
     timm_names = _timm_names()
     if name in timm_names:
         import timm
-        sized = {"img_size": image_size} if image_size is not None and timm_fixed_size(name) is not None else {}
+        sized: dict[str, Any] = {"img_size": image_size} if image_size and timm_fixed_size(name) else {}
         if pretrained:  # a ViT's weights load at the run's size too (timm resamples its position embeddings)
             from fasttrain.models.pretrained import timm_pretrained
             return timm_pretrained(name, num_classes, **sized)

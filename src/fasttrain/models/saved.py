@@ -125,12 +125,20 @@ def read_meta(run: Path) -> dict[str, Any]:
                                  "its first epoch, or written by an older fasttrain, has none (train it further "
                                  "with `fasttrain train --resume RUN`)")]) from None
     except (OSError, ValueError) as exc:
-        raise UserError([Problem(str(path), f"not readable: {type(exc).__name__}: {exc}", "train the run again")]) from None
+        problem = Problem(str(path), f"not readable: {type(exc).__name__}: {exc}", "train the run again")
+        raise UserError([problem]) from None
     needed = ("model", "num_classes", "class_names", "image_size", "mean", "std")
     missing = [k for k in needed if k not in meta] if isinstance(meta, dict) else list(needed)
     if missing or not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise UserError([Problem(str(path), "not a fasttrain model description" + (f" (no {', '.join(missing)})"
-                                 if missing else ""), "use the model.json a run wrote")])
+        raise UserError(
+            [
+                Problem(
+                    str(path),
+                    "not a fasttrain model description" + (f" (no {', '.join(missing)})" if missing else ""),
+                    "use the model.json a run wrote",
+                )
+            ]
+        )
     return meta
 
 
@@ -149,12 +157,21 @@ def load_trained(run: Path | str) -> tuple[torch.nn.Module, dict[str, Any]]:
     try:
         state = load_file(str(weights))
     except (OSError, SafetensorError) as exc:
-        raise UserError([Problem(str(weights), f"not readable weights: {type(exc).__name__}", "train the run again")]) from None
+        raise UserError(
+            [Problem(str(weights), f"not readable weights: {type(exc).__name__}", "train the run again")]
+        ) from None
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        raise UserError([Problem(str(weights), f"the weights do not fit {meta['model']}: {str(exc)[:200]}",
-                                 "use the model.json and model.safetensors of the same run")]) from None
+        raise UserError(
+            [
+                Problem(
+                    str(weights),
+                    f"the weights do not fit {meta['model']}: {str(exc)[:200]}",
+                    "use the model.json and model.safetensors of the same run",
+                )
+            ]
+        ) from None
     return (mirror_averaged(model) if meta.get("test_flip") else model).eval(), meta
 
 
@@ -173,9 +190,15 @@ def _builder_importable(spec: str, folder: object, run: Path) -> None:
         sys.path.insert(0, str(folder))
     if importlib.util.find_spec(top) is None:
         where = f" nor in {folder}, where the run was trained" if isinstance(folder, str) else ""
-        raise UserError([Problem(str(run / META_FILE), f"the model is built by {spec}: module {module!r} is not "
-                                 f"importable from here{where}", f"put {top} on PYTHONPATH (or run from the folder "
-                                 "that holds it)")])
+        raise UserError(
+            [
+                Problem(
+                    str(run / META_FILE),
+                    f"the model is built by {spec}: module {module!r} is not importable from here{where}",
+                    f"put {top} on PYTHONPATH (or run from the folder that holds it)",
+                )
+            ]
+        )
 
 
 def mirror_averaged(model: torch.nn.Module) -> torch.nn.Module:

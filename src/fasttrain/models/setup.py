@@ -8,6 +8,7 @@ Imported by the trainer only (torch at the top).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -118,13 +119,14 @@ class CompileGuard:
         return self.compiled is not None
 
     def __call__(self, *args: Any) -> Any:
-        self._ran_compiled = self.compiled is not None and self._steady(args)
-        if not self._ran_compiled:
+        compiled = self.compiled
+        self._ran_compiled = compiled is not None and self._steady(args)
+        if compiled is None or not self._ran_compiled:
             return self.eager(*args)
         if self.eager.training in self._verified:
-            return self.compiled(*args)
+            return compiled(*args)
         try:
-            return self.compiled(*args)
+            return compiled(*args)
         except Exception as exc:
             if self.not_compilers(exc):
                 raise
@@ -164,10 +166,8 @@ def release_failed_compile(exc: BaseException) -> None:
     for link in (exc, exc.__cause__, exc.__context__):
         if link is not None:
             link.__traceback__ = None
-    try:
+    with contextlib.suppress(Exception):
         torch.compiler.reset()  # the public name of dynamo's reset (torch >= 2.1)
-    except Exception:
-        pass
     gc.collect()
 
 

@@ -12,14 +12,21 @@ def tiny_cnn(num_classes: int = 10, in_chans: int = 3, width: int = 32) -> nn.Mo
     from torch import nn
 
     def block(cin: int, cout: int) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+        )
 
     return nn.Sequential(
-        block(in_chans, width), nn.MaxPool2d(2),
-        block(width, width * 2), nn.MaxPool2d(2),
-        block(width * 2, width * 4), nn.MaxPool2d(2),
+        block(in_chans, width),
+        nn.MaxPool2d(2),
+        block(width, width * 2),
+        nn.MaxPool2d(2),
+        block(width * 2, width * 4),
+        nn.MaxPool2d(2),
         block(width * 4, width * 4),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width * 4, num_classes),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(width * 4, num_classes),
     )
 
 

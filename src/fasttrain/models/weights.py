@@ -207,7 +207,8 @@ def head_names(model: torch.nn.Module, num_classes: int) -> list[str]:
     import torch
 
     modules = list(model.named_modules())
-    classifier = model.get_classifier() if hasattr(model, "get_classifier") else None  # type: ignore[operator]
+    get_classifier = getattr(model, "get_classifier", None)  # timm's models have it
+    classifier = get_classifier() if callable(get_classifier) else None
     prefix = next((name for name, m in modules if classifier is not None and m is classifier and name), None)
     if prefix is None:
         outputs = [name for name, m in modules if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) and name

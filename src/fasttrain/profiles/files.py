@@ -41,8 +41,15 @@ def read_profile_text(path: Path) -> str:
                 raise UserError([Problem(str(path), "not a regular file", "give a .yaml file")])
             raw = fh.read(MAX_PROFILE_BYTES + 1)
     except FileNotFoundError:
-        raise UserError([Problem(str(path), "no such profile file",
-                                 f"give a preset name ({', '.join(preset_names())}) or an existing .yaml path")]) from None
+        raise UserError(
+            [
+                Problem(
+                    str(path),
+                    "no such profile file",
+                    f"give a preset name ({', '.join(preset_names())}) or an existing .yaml path",
+                )
+            ]
+        ) from None
     except IsADirectoryError:
         raise UserError([Problem(str(path), "is a directory, not a profile file", "give a .yaml file")]) from None
     except OSError as exc:
@@ -50,13 +57,27 @@ def read_profile_text(path: Path) -> str:
     except ValueError as exc:  # embedded null byte
         raise UserError([Problem(str(path), f"not a usable file name ({exc})")]) from None
     if len(raw) > MAX_PROFILE_BYTES:
-        raise UserError([Problem(str(path), f"larger than {MAX_PROFILE_BYTES:,} bytes (1 MiB), too large for a profile",
-                                 "a profile is a few dozen keys; check that this is the right file")])
+        raise UserError(
+            [
+                Problem(
+                    str(path),
+                    f"larger than {MAX_PROFILE_BYTES:,} bytes (1 MiB), too large for a profile",
+                    "a profile is a few dozen keys; check that this is the right file",
+                )
+            ]
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise UserError([Problem(str(path), f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start:,})",
-                                 "save the file as UTF-8; a profile is a YAML text file")]) from None
+        raise UserError(
+            [
+                Problem(
+                    str(path),
+                    f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start:,})",
+                    "save the file as UTF-8; a profile is a YAML text file",
+                )
+            ]
+        ) from None
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -65,8 +86,15 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError([Problem(str(path), f"a profile must be a mapping of sections, not a {type(data).__name__}",
-                                 "start with keys such as 'loader:' and 'speed:'")])
+        raise UserError(
+            [
+                Problem(
+                    str(path),
+                    f"a profile must be a mapping of sections, not a {type(data).__name__}",
+                    "start with keys such as 'loader:' and 'speed:'",
+                )
+            ]
+        )
     return data
 
 
@@ -74,15 +102,22 @@ def check_ref(ref: object, where: str) -> str:
     """A preset name or a path as written in --profile or `extends:`; junk gets one clear line."""
     fix = f"give a preset name ({', '.join(preset_names())}) or a path to a .yaml file"
     if not isinstance(ref, str):
-        raise UserError([Problem(where, "must be a preset name or a file path, not a "
-                                 f"{type(ref).__name__}", fix, ref)])
+        raise UserError([Problem(where, f"must be a preset name or a file path, not a {type(ref).__name__}", fix, ref)])
     if not ref.strip():
         raise UserError([Problem(where, "is empty", fix)])
     if "\0" in ref:
         raise UserError([Problem(where, "contains a NUL byte, which no file name can", fix, ref)])
     if len(ref) > MAX_REF_CHARS:
-        raise UserError([Problem(where, f"is {len(ref):,} characters long, more than a path can be "
-                                 f"({MAX_REF_CHARS:,} at most here)", fix, ref)])
+        raise UserError(
+            [
+                Problem(
+                    where,
+                    f"is {len(ref):,} characters long, more than a path can be ({MAX_REF_CHARS:,} at most here)",
+                    fix,
+                    ref,
+                )
+            ]
+        )
     return ref
 
 
@@ -97,15 +132,30 @@ def locate(ref: str, relative_to: Path | None = None) -> tuple[Path, bool]:
         if path.suffix in (".yaml", ".yml") or path.exists() or os.sep in ref:
             return path, False
     except (OSError, ValueError, RuntimeError) as exc:  # name too long, NUL, ~user that does not exist
-        raise UserError([Problem("profile", f"cannot use {ref!r} as a path ({clip(str(exc), 80)})",
-                                 "give a preset name or an existing .yaml path")]) from None
+        raise UserError(
+            [
+                Problem(
+                    "profile",
+                    f"cannot use {ref!r} as a path ({clip(str(exc), 80)})",
+                    "give a preset name or an existing .yaml path",
+                )
+            ]
+        ) from None
     hint = did_you_mean(ref, preset_names())
-    raise UserError([Problem("profile", f"no preset or file named {shown_value(ref)}",
-                             hint or f"presets: {', '.join(preset_names())}")])
+    raise UserError(
+        [
+            Problem(
+                "profile",
+                f"no preset or file named {shown_value(ref)}",
+                hint or f"presets: {', '.join(preset_names())}",
+            )
+        ]
+    )
 
 
-def read_chain(ref: str, relative_to: Path | None = None, depth: int = 0,
-               seen: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+def read_chain(
+    ref: str, relative_to: Path | None = None, depth: int = 0, seen: tuple[Path, ...] = ()
+) -> list[tuple[str, dict[str, Any]]]:
     """The file and its `extends` chain as (label for `profiles show`, values) pairs, base first."""
     path, is_preset = locate(ref, relative_to)
     try:
@@ -113,8 +163,7 @@ def read_chain(ref: str, relative_to: Path | None = None, depth: int = 0,
     except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a name too long
         raise UserError([Problem(str(path), f"cannot resolve this path ({clip(str(exc), 80)})")]) from None
     if resolved in seen:
-        raise UserError([Problem(str(path), "extends forms a cycle",
-                                 "one of the files must not extend the other")])
+        raise UserError([Problem(str(path), "extends forms a cycle", "one of the files must not extend the other")])
     if depth > MAX_EXTENDS_DEPTH:
         raise UserError([Problem(str(path), f"extends chain deeper than {MAX_EXTENDS_DEPTH}")])
     data = load_yaml(path)
@@ -124,8 +173,10 @@ def read_chain(ref: str, relative_to: Path | None = None, depth: int = 0,
     chain: list[tuple[str, dict[str, Any]]] = []
     if parent is not None:
         parent = check_ref(parent, f"{path}: extends")
-        chain = [(label if label.startswith("parent ") else f"parent {label.split(' ', 1)[1]}", values)
-                 for label, values in read_chain(parent, path.parent, depth + 1, seen + (resolved,))]
+        chain = [
+            (label if label.startswith("parent ") else f"parent {label.split(' ', 1)[1]}", values)
+            for label, values in read_chain(parent, path.parent, depth + 1, (*seen, resolved))
+        ]
     label = f"preset {path.stem}" if is_preset else f"file {path}"
     chain.append((label, data))
     return chain

@@ -105,7 +105,9 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems, severity: str = "er
     per_node = _int(_get(data, "world.gpus_per_node"))
     if prefetch is not None and _int(prefetch) is None:
         return
-    if None in (workers, batch, size, overhead, ram, fraction, per_node) or workers <= 0 or batch <= 0:
+    # `is None` one by one (not `None in (...)`), so the type checker knows each is set below
+    if (workers is None or batch is None or size is None or overhead is None or ram is None or fraction is None
+            or per_node is None or workers <= 0 or batch <= 0):
         return
     one = ar.batch_bytes(batch, size, overhead=overhead)
     used = ar.loader_ram_bytes(workers, prefetch, one, per_node)
@@ -115,7 +117,7 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems, severity: str = "er
     over = (f"loader RAM {plural(workers, 'worker')} x {pf} prefetch x {fmt_bytes(one)} per batch{procs} = "
             f"{fmt_bytes(used)}, over the budget {fmt_bytes(budget)} ({fraction:.0%} of {ram:g} GiB host RAM)")
     if per_node > 1:
-        _shared_loader(data, problems, workers, pf, one, used, budget, over)
+        _shared_loader(data, problems, workers, pf, one, used, budget, over, per_node)
         return
     if used <= budget:
         return
@@ -132,10 +134,9 @@ def _loader_ram(data: Mapping[str, Any], problems: Problems, severity: str = "er
 
 
 def _shared_loader(data: Mapping[str, Any], problems: Problems, workers: int, pf: int, one: int, used: int,
-                   budget: int, over: str) -> None:
+                   budget: int, over: str, per_node: int) -> None:
     """Several processes on one machine: the plan caps workers per process by the cores and the loader RAM
     budget they share (plan._shared_workers), so a cap is a note; only what 0 workers cannot fix is an error."""
-    per_node = _int(_get(data, "world.gpus_per_node"))
     cores = _int(_get(data, "hardware.cpu_cores"))
     if ar.loader_ram_bytes(0, None, one, per_node) > budget:
         problems.add("loader.batch_size", f"{over}: even with 0 workers the {per_node} processes' batches "

@@ -227,9 +227,9 @@ class Profile(_Section):
         }
         if dataset_size is not None:
             out["dataset_size"] = dataset_size
-            out["iterations_per_epoch"] = self.iterations_per_epoch(dataset_size)
-            out["optimizer_steps_per_epoch"] = ar.optimizer_steps_per_epoch(
-                out["iterations_per_epoch"], self.optim.accumulation_steps)  # type: ignore[arg-type]
+            iterations = self.iterations_per_epoch(dataset_size)
+            out["iterations_per_epoch"] = iterations
+            out["optimizer_steps_per_epoch"] = ar.optimizer_steps_per_epoch(iterations, self.optim.accumulation_steps)
         return out
 
 

@@ -43,7 +43,9 @@ def profile_text(rec: Recommendation, report: HardwareReport, name: str, file_na
     for key, value in rec.changes.items():
         section, field_name = key.split(".", 1)
         reason = rec.reasons.get(key, "").replace("\n", " ")
-        sections.setdefault(section, []).append(f"  {field_name}: {_scalar(value)}" + (f"  # {reason}" if reason else ""))
+        sections.setdefault(section, []).append(
+            f"  {field_name}: {_scalar(value)}" + (f"  # {reason}" if reason else "")
+        )
     for section, body in sections.items():
         lines.append(f"{section}:")
         lines.extend(body)
@@ -53,14 +55,20 @@ def profile_text(rec: Recommendation, report: HardwareReport, name: str, file_na
 def write_profile(rec: Recommendation, report: HardwareReport, path: Path, force: bool = False) -> Path:
     """Write the profile; refuses to replace an existing file without force, and never writes an invalid one."""
     if path.exists() and not force:
-        raise UserError([Problem("--write-profile", f"{path} already exists", "add --force to replace it",
-                                 str(path))])
+        raise UserError([Problem("--write-profile", f"{path} already exists", "add --force to replace it", str(path))])
     if path.suffix not in (".yaml", ".yml"):
-        raise UserError([Problem("--write-profile", "the profile file name must end in .yaml or .yml",
-                                 f"e.g. {path.with_suffix('.yaml')}", str(path))])
+        raise UserError(
+            [
+                Problem(
+                    "--write-profile",
+                    "the profile file name must end in .yaml or .yml",
+                    f"e.g. {path.with_suffix('.yaml')}",
+                    str(path),
+                )
+            ]
+        )
     if not path.parent.is_dir():
-        raise UserError([Problem("--write-profile", f"no such directory: {path.parent}", "create it first",
-                                 str(path))])
+        raise UserError([Problem("--write-profile", f"no such directory: {path.parent}", "create it first", str(path))])
     text = profile_text(rec, report, path.stem, str(path))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -28,7 +28,7 @@ class _ProfileLoader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:  # int or a key node
         self._depth += 1
         self._nodes += 1
         try:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from fasttrain.core.errors import Problem, UserError
+from fasttrain.train.loop.epoch_row import EpochRow
+from fasttrain.train.run.summary_record import RunSummary
 
 SUMMARY, METRICS, MODEL, TUNING, PROFILE = "summary.json", "metrics.jsonl", "model.json", "tuning.json", "profile.yaml"
 REPORT_FILE = "report.html"
@@ -16,10 +18,11 @@ REPORT_FILE = "report.html"
 
 @dataclass
 class RunRecord:
-    """One run as its folder holds it; rows keep metrics.jsonl's keys (seconds, bytes, fractions 0..1)."""
+    """One run as its folder holds it: its summary read back (an empty RunSummary without summary.json); rows keep
+    metrics.jsonl's keys (seconds, bytes, fractions 0..1)."""
 
     path: Path
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
     rows: list[dict[str, Any]] = field(default_factory=list)     # metrics.jsonl's rows, in file order
     model: dict[str, Any] = field(default_factory=dict)
     tuning: dict[str, Any] = field(default_factory=dict)
@@ -32,10 +35,18 @@ class RunRecord:
         return [r for r in self.rows if r.get("kind") == "step"]
 
     @property
-    def epochs(self) -> list[dict[str, Any]]:
-        """The epoch rows ("kind": "epoch"); summary.json's history where metrics.jsonl has none."""
-        rows = [r for r in self.rows if r.get("kind") == "epoch"]
-        return rows or [r for r in self.summary.get("history") or [] if isinstance(r, dict)]
+    def has_summary(self) -> bool:
+        return self.summary != RunSummary()
+
+    @property
+    def epoch_lines(self) -> list[dict[str, Any]]:
+        """metrics.jsonl's epoch lines as written ("kind": "epoch", "time": the stamp of the write)."""
+        return [r for r in self.rows if r.get("kind") == "epoch"]
+
+    @property
+    def epochs(self) -> list[EpochRow]:
+        """The epoch rows of metrics.jsonl; summary.json's history where metrics.jsonl has none."""
+        return [EpochRow.from_json(r) for r in self.epoch_lines] or list(self.summary.history)
 
     @property
     def name(self) -> str:
@@ -45,14 +56,13 @@ class RunRecord:
     def label(self) -> str:
         """How the run is named beside its curves: `folder (profile, model)`; a profile file by its name only (a
         resumed run's summary names it by its whole path)."""
-        profile = self.summary.get("profile")
-        profile = Path(str(profile)).name if profile else None
-        what = ", ".join(str(v) for v in (profile, self.summary.get("model")) if v)
+        profile = Path(self.summary.profile).name if self.summary.profile else None
+        what = ", ".join(str(v) for v in (profile, self.summary.model) if v)
         return f"{self.name} ({what})" if what else self.name
 
     @property
     def class_names(self) -> list[str]:
-        names = self.model.get("class_names") or [c.get("class") for c in self.summary.get("per_class") or []]
+        names = self.model.get("class_names") or [c.name for c in self.summary.per_class or ()]
         return [str(n) for n in names]
 
 
@@ -66,6 +76,16 @@ def _json_file(path: Path, missing: list[str]) -> dict[str, Any]:
         missing.append(f"{path.name}: unreadable ({type(exc).__name__})")
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _summary(path: Path, missing: list[str]) -> RunSummary:
+    """summary.json read back (RunSummary.from_json); an empty one when it is missing or not a summary."""
+    data = _json_file(path, missing)
+    try:
+        return RunSummary.from_json(data)
+    except (TypeError, ValueError, AttributeError) as exc:  # a nested part that is no object or list
+        missing.append(f"{path.name}: unreadable ({type(exc).__name__})")
+        return RunSummary()
 
 
 def _rows(path: Path, missing: list[str]) -> list[dict[str, Any]]:
@@ -106,7 +126,7 @@ def gather_run(path: Path | str) -> RunRecord:
     if problem is not None:
         raise UserError([problem])
     missing: list[str] = []
-    summary = _json_file(path / SUMMARY, missing)
+    summary = _summary(path / SUMMARY, missing)
     rows = _rows(path / METRICS, missing)
     model = _json_file(path / MODEL, []) if (path / MODEL).exists() else {}
     tuning = _json_file(path / TUNING, []) if (path / TUNING).exists() else {}

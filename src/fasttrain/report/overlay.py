@@ -18,7 +18,7 @@ def _curves(runs: list[RunRecord], by_epoch: bool) -> Figure:
     every = [S.epoch_series(run) for run in runs]
     divisor, unit = time_unit([c for ep in every for c in ep.clock_s])
     xlabel = "epoch" if by_epoch else f"time on the run's clock ({unit})"
-    for n, (run, ep) in enumerate(zip(runs, every)):
+    for n, (run, ep) in enumerate(zip(runs, every, strict=True)):
         colour = COLOURS[n % len(COLOURS)]
         x = [float(e) for e in ep.epoch] if by_epoch else scaled(ep.clock_s, divisor)
         acc.plot(x, [float("nan") if v is None else 100 * v for v in ep.val_acc1], "o-", color=colour,
@@ -42,7 +42,7 @@ def _speed(runs: list[RunRecord]) -> Figure:
     figure, (ax,) = new_figure(height=3.6)
     every = [S.step_series(run) for run in runs]
     divisor, unit = time_unit([c for st in every for c in st.clock_s])
-    for n, (run, st) in enumerate(zip(runs, every)):
+    for n, (run, st) in enumerate(zip(runs, every, strict=True)):
         ax.plot(scaled(st.clock_s, divisor), scaled(st.images_per_s, 1.0), ".-", color=COLOURS[n % len(COLOURS)],
                 label=run.label)
     ax.set(xlabel=f"time on the run's clock ({unit})", ylabel="training images/s")

@@ -103,10 +103,10 @@ def speed(run: RunRecord) -> Figure:
     x = scaled(st.clock_s, divisor)
     xlabel = f"time on the run's clock ({unit})"
     rate.plot(x, scaled(st.images_per_s, 1.0), ".-", color=COLOURS[0], label="measured (rolling window)")
-    forecast = (run.summary.get("forecast") or {}).get("images_per_s")
+    forecast = run.summary.forecast.images_per_s if run.summary.forecast is not None else None
     if isinstance(forecast, (int, float)) and forecast > 0:
         rate.axhline(forecast, color=COLOURS[3], ls="--", label=f"forecast: {forecast:,.0f} images/s")
-    measured = run.summary.get("train_images_per_s")
+    measured = run.summary.train_images_per_s
     if isinstance(measured, (int, float)) and measured > 0:
         rate.axhline(measured, color=COLOURS[2], ls=":", label=f"measured over the run: {measured:,.0f} images/s")
     rate.set(xlabel=xlabel, ylabel="training images/s")
@@ -149,7 +149,7 @@ def memory(run: RunRecord) -> Figure:
 
 def classes(run: RunRecord) -> Figure:
     matrix, names = S.confusion(run), run.class_names
-    per_class = [c for c in run.summary.get("per_class") or [] if isinstance(c, dict)]
+    per_class = list(run.summary.per_class or ())
     figure, (grid, bars) = new_figure(2, height=max(3.6, min(9.0, 0.28 * len(per_class) + 1.5)))
     if matrix is not None:
         n = len(matrix)
@@ -167,12 +167,12 @@ def classes(run: RunRecord) -> Figure:
         grid.set(xlabel="predicted class", ylabel="true class")
     else:
         grid.set(xlabel="predicted class", ylabel="true class", xticks=[], yticks=[])
-        note(grid, run.summary.get("per_class_note") or "no confusion matrix in summary.json")
-    accuracy = [c.get("accuracy") for c in per_class]
+        note(grid, run.summary.per_class_note or "no confusion matrix in summary.json")
+    accuracy = [c.accuracy for c in per_class]
     if per_class:
         positions = list(range(len(per_class)))
         bars.barh(positions, [100 * (a or 0.0) for a in accuracy], color=COLOURS[0])
-        bars.set_yticks(positions, [str(c.get("class")) for c in per_class], fontsize=8)
+        bars.set_yticks(positions, [c.name for c in per_class], fontsize=8)
         bars.invert_yaxis()
         bars.set_xlim(0, 100)
     else:

@@ -16,6 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from fasttrain.report.gather import RunRecord
+from fasttrain.train.loop.epoch_row import EpochRow
 
 SAME_PROCESS_S = 0.5   # two epoch rows whose clock origins are this close came from one process
 RESTART_GAP_S = 2.0    # a pause between logged rows this long may be a stop and a resume (a process's start-up)
@@ -40,7 +41,8 @@ def _split(times: list[float], before: float | None, after: float | None) -> tup
 def step_clock(rows: list[dict[str, Any]], resumed_before_s: float | None) -> list[float]:
     """The run's clock (seconds) at each step row of `rows` (metrics.jsonl's rows in file order). Pure."""
     anchors = [(i, t - e) for i, r in enumerate(rows) if r.get("kind") == "epoch"
-               for t, e in [(_num(r.get("time")), _num(r.get("elapsed_s")))] if t is not None and e is not None]
+               for t, e in [(_num(r.get("time")), _num(EpochRow.from_json(r).elapsed_s))]
+               if t is not None and e is not None]
     steps = [i for i, r in enumerate(rows) if r.get("kind") == "step" and _num(r.get("time")) is not None]
     placed = any(abs(a[1] - b[1]) >= SAME_PROCESS_S for a, b in pairwise(anchors))
     resumed = resumed_before_s is not None and not placed
@@ -59,13 +61,14 @@ def step_clock(rows: list[dict[str, Any]], resumed_before_s: float | None) -> li
         elif (oa is None or ob is None) and resumed and _split(times, left_t, right_t)[1] >= RESTART_GAP_S:
             k, _ = _split(times, left_t, right_t)
             before = float(resumed_before_s or 0.0)
-            early = oa if oa is not None else (times[k - 1] - before if k else None)
-            late = ob if ob is not None else (times[k] - before if k < len(times) else None)
-            origins = [early if j < k else late for j in range(len(times))]  # type: ignore[misc]
+            # 0.0 where there is no step on that side of the gap (k == 0, k == len(times)): never read then
+            early = oa if oa is not None else (times[k - 1] - before if k else 0.0)
+            late = ob if ob is not None else (times[k] - before if k < len(times) else 0.0)
+            origins = [early if j < k else late for j in range(len(times))]
         else:
             known = oa if oa is not None else ob
             origins = [known if known is not None else times[0]] * len(times)
-        origin.update({i: o for i, o in zip(members, origins)})
+        origin.update(dict(zip(members, origins, strict=True)))
     return [float(rows[i]["time"]) - origin[i] for i in steps]
 
 
@@ -83,14 +86,17 @@ class EpochSeries:
 def epoch_series(run: RunRecord) -> EpochSeries:
     out = EpochSeries()
     first = next((t for r in run.rows for t in [_num(r.get("time"))] if t is not None), None)
+    stamps = [_num(line.get("time")) for line in run.epoch_lines]  # when each epoch line was written
     for n, row in enumerate(run.epochs, 1):
-        out.epoch.append(int(_num(row.get("epoch")) or n))
-        clock = _num(row.get("elapsed_s"))
-        if clock is None and first is not None and _num(row.get("time")) is not None:
-            clock = float(row["time"]) - first
+        out.epoch.append(int(_num(row.epoch) or n))
+        clock = _num(row.elapsed_s)
+        stamp = stamps[n - 1] if n <= len(stamps) else None
+        if clock is None and first is not None and stamp is not None:
+            clock = stamp - first
         out.clock_s.append(clock)
-        for key in ("val_acc1", "train_loss", "val_loss"):
-            getattr(out, key).append(_num(row.get(key)))
+        out.val_acc1.append(_num(row.val_acc1))
+        out.train_loss.append(_num(row.train_loss))
+        out.val_loss.append(_num(row.val_loss))
     return out
 
 
@@ -123,7 +129,7 @@ def memory_keys(steps: list[dict[str, Any]]) -> tuple[str, str, str]:
 
 
 def step_series(run: RunRecord) -> StepSeries:
-    clock_at = (run.summary.get("resumed_clock") or {}).get("before_s")
+    clock_at = run.summary.resumed_clock.before_s if run.summary.resumed_clock is not None else None
     steps = [r for r in run.rows if r.get("kind") == "step" and _num(r.get("time")) is not None]
     out = StepSeries(clock_s=step_clock(run.rows, _num(clock_at)))
     value_key, limit_key, out.memory_what = memory_keys(steps)
@@ -142,25 +148,25 @@ def step_series(run: RunRecord) -> StepSeries:
 def milestones(run: RunRecord) -> list[tuple[float, float, int | None]]:
     """(accuracy 0..1, clock seconds, epoch) of each time-to-accuracy milestone summary.json records."""
     out = []
-    for m in run.summary.get("milestones") or []:
-        acc, clock = _num(m.get("val_acc1")), _num(m.get("elapsed_s"))
+    for m in run.summary.milestones:
+        acc, clock = _num(m.val_acc1), _num(m.elapsed_s)
         if acc is not None and clock is not None:
-            epoch = _num(m.get("epoch"))
+            epoch = _num(m.epoch)
             out.append((acc, clock, int(epoch) if epoch is not None else None))
     return out
 
 
 def budget_end_s(run: RunRecord) -> tuple[float, str] | None:
     """(seconds on the run's clock where the time budget ends, its source: --time-budget, --deadline...)."""
-    budget = run.summary.get("time_budget") or {}
-    seconds = _num(budget.get("budget_s"))
-    return (seconds, str(budget.get("source") or "time budget")) if seconds else None
+    budget = run.summary.time_budget
+    seconds = _num(budget.budget_s) if budget is not None else None
+    return (seconds, budget.source or "time budget") if seconds and budget is not None else None
 
 
 def confusion(run: RunRecord) -> list[list[int]] | None:
     """The [true][predicted] counts summary.json keeps (the best epoch's), when square and not empty."""
-    matrix = run.summary.get("confusion_matrix")
-    if not isinstance(matrix, list) or not matrix or not all(isinstance(r, list) and len(r) == len(matrix)
+    matrix = run.summary.confusion_matrix
+    if not isinstance(matrix, (list, tuple)) or not matrix or not all(isinstance(r, list) and len(r) == len(matrix)
                                                              for r in matrix):
         return None
     return [[int(_num(v) or 0) for v in row] for row in matrix]

@@ -6,6 +6,7 @@ from typing import Any
 
 from fasttrain.core.format import fmt_clock, fmt_number, plural
 from fasttrain.report.gather import RunRecord
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.ui.ending import ending_rows
 
 Rows = list[tuple[str, str]]
@@ -14,20 +15,18 @@ Rows = list[tuple[str, str]]
 def status_line(run: RunRecord) -> str:
     """How the run ended, in one line."""
     s = run.summary
-    if not s:
+    if not run.has_summary:
         return "no summary.json: the run is still going, or ended without one (a crash, a kill)"
-    epochs = int(s.get("epochs_run") or 0)
-    if s.get("interrupted"):
-        at = s.get("stopped_at") or {}
-        line = (f"stopped by {s['interrupted']} at epoch {at.get('epoch')}, batch {at.get('batch')} "
-                f"(optimizer step {at.get('step')}); it can resume")
+    if s.interrupted:
+        at = s.stopped_at
+        where = f"at epoch {at.epoch}, batch {at.batch} (optimizer step {at.step})" if at is not None else "at ?"
+        line = f"stopped by {s.interrupted} {where}; it can resume"
     else:
-        line = f"finished after {plural(epochs, 'epoch')}" + (" (stopped early)" if s.get("stopped_early") else "")
-    clock = s.get("resumed_clock") or {}
-    if clock:
-        stopped = clock.get("stopped_s")
-        line += (f"; resumed at {fmt_clock(clock.get('before_s') or 0)} on the run's clock"
-                 + (f", after a stop of {fmt_clock(stopped)}" if stopped is not None else ""))
+        line = f"finished after {plural(s.epochs_run or 0, 'epoch')}" + (" (stopped early)" if s.stopped_early else "")
+    clock = s.resumed_clock
+    if clock is not None:
+        line += (f"; resumed at {fmt_clock(clock.before_s or 0)} on the run's clock"
+                 + (f", after a stop of {fmt_clock(clock.stopped_s)}" if clock.stopped_s is not None else ""))
     return line
 
 
@@ -41,21 +40,21 @@ def _value(value: Any) -> str | None:
 
 def plan_rows(run: RunRecord) -> Rows:
     s, m = run.summary, run.model
-    init = s.get("init") or {}
-    rows = [("profile", s.get("profile")), ("model", s.get("model") or m.get("model")), ("data", s.get("data")),
+    known = run.has_summary  # an empty record's defaults (1 process, batch 0) are no figures of this run
+    rows = [("profile", s.profile), ("model", s.model or m.get("model")), ("data", s.data),
             ("classes", ", ".join(run.class_names) or None), ("image size", m.get("image_size")),
-            ("device", s.get("device")), ("precision", s.get("precision")), ("processes", s.get("world_size")),
-            ("effective batch", s.get("effective_batch")), ("micro-batch", s.get("micro_batch")),
-            ("accumulation", s.get("accumulation_steps")),
-            ("starting weights", init.get("weights") or init.get("pretrained") or "random (from scratch)"),
-            ("seed", s.get("seed")), ("torch", s.get("torch"))]
+            ("device", s.device), ("precision", s.precision), ("processes", s.world_size if known else None),
+            ("effective batch", s.effective_batch if known else None), ("micro-batch", s.micro_batch),
+            ("accumulation", s.accumulation_steps if known else None),
+            ("starting weights", s.init.weights or s.init.pretrained or "random (from scratch)"),
+            ("seed", s.seed), ("torch", s.torch)]
     return [(label, text) for label, value in rows for text in [_value(value)] if text]
 
 
 def plan_notes(run: RunRecord) -> list[str]:
     """Why the plan is what it is: every note the run opened with, then the tuning trial's findings."""
-    notes = [str(n) for n in run.summary.get("plan_notes") or []]
-    notes += [f"note: {n}" for n in run.summary.get("notes") or []]
+    notes = [str(n) for n in run.summary.plan_notes]
+    notes += [f"note: {n}" for n in run.summary.notes]
     if run.tuning and "skipped" not in run.tuning:
         chosen = ", ".join(f"{k}={v}" for k, v in run.tuning.items() if not isinstance(v, (dict, list)))
         notes.append(f"tuning trial: {chosen}")
@@ -65,10 +64,10 @@ def plan_notes(run: RunRecord) -> list[str]:
 def speed_rows(run: RunRecord) -> Rows:
     """The verdict, and the forecast's images/s beside the measured ones."""
     s = run.summary
-    forecast = (s.get("forecast") or {}).get("images_per_s")
-    measured = s.get("train_images_per_s")
+    forecast = s.forecast.images_per_s if s.forecast is not None else None
+    measured = s.train_images_per_s
     rows: list[tuple[str, Any]] = [
-        ("verdict", s.get("verdict") or "too few steps were measured for a verdict"),
+        ("verdict", s.verdict or "too few steps were measured for a verdict"),
         ("measured", None if measured is None else f"{fmt_number(measured)} images/s while training"),
         ("forecast", None if forecast is None else f"{fmt_number(forecast)} images/s"
          + (f" (measured/forecast: {measured / forecast:.2f}x)" if measured and forecast else ""))]
@@ -78,19 +77,21 @@ def speed_rows(run: RunRecord) -> Rows:
     return [(label, text) for label, value in rows for text in [_value(value)] if text]
 
 
-def _time_split(epochs: list[dict[str, Any]]) -> str | None:
+def _time_split(epochs: list[EpochRow]) -> str | None:
     """Data wait / host-to-device / compute as shares of the training time of every epoch together."""
-    parts = [sum(float(r.get(f"telemetry_{k}_s") or 0.0) for r in epochs) for k in ("data_wait", "h2d", "compute")]
+    figures = [r.telemetry for r in epochs if r.telemetry is not None]
+    parts = [sum(float(f.data_wait_s or 0.0) for f in figures), sum(float(f.h2d_s or 0.0) for f in figures),
+             sum(float(f.compute_s or 0.0) for f in figures)]
     total = sum(parts)
     if total <= 0:
         return None
     return ", ".join(f"{name} {100 * p / total:.1f}%" for name, p in zip(("data wait", "host-to-device", "compute"),
-                                                                          parts))
+                                                                          parts, strict=True))
 
 
 def summary_rows(run: RunRecord) -> Rows:
     """The run's end as the terminal shows it."""
-    return ending_rows(run.summary) if run.summary else []
+    return ending_rows(run.summary) if run.has_summary else []
 
 
 def compare_rows(runs: list[RunRecord]) -> tuple[list[str], list[list[str]]]:
@@ -99,11 +100,11 @@ def compare_rows(runs: list[RunRecord]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for run in runs:
         s = run.summary
-        best, epoch = s.get("best_val_acc1"), s.get("best_epoch")
-        when = next((r.get("elapsed_s") for r in run.epochs if r.get("epoch") == epoch), None)
-        rows.append([run.label, str(s.get("epochs_run", len(run.epochs))),
+        best, epoch = s.best_val_acc1, s.best_epoch
+        when = next((r.elapsed_s for r in run.epochs if r.epoch == epoch), None)
+        rows.append([run.label, str(len(run.epochs) if s.epochs_run is None else s.epochs_run),
                      "-" if best is None else f"{100 * best:.1f}% (epoch {epoch})",
                      "-" if when is None else fmt_clock(when),
-                     "-" if s.get("train_images_per_s") is None else fmt_number(s["train_images_per_s"]),
-                     "-" if s.get("wall_s") is None else fmt_clock(s["wall_s"]), status_line(run)])
+                     "-" if s.train_images_per_s is None else fmt_number(s.train_images_per_s),
+                     "-" if s.wall_s is None else fmt_clock(s.wall_s), status_line(run)])
     return header, rows

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from fasttrain.train.loop.events import DisplayFactory, RunDisplay
+    from fasttrain.train.run.summary_record import RunSummary
     from fasttrain.train.types import Prepared, TrainArgs
     from fasttrain.ui.dashboard import Dashboard
 
@@ -29,7 +30,7 @@ class TrainOutcome:
     `exit_code`: the command's (a stop by SIGINT 130, a data-parallel job's own code, else 0)."""
 
     prep: Prepared
-    summary: dict[str, Any] | None = None
+    summary: RunSummary | None = None
     view: dict[str, Any] | None = None
     exit_code: int = 0
 
@@ -51,7 +52,8 @@ def train_job(args: TrainArgs, *, display: DisplayFactory = terminal_dashboard, 
               on_summary: Callable[[dict[str, Any]], None] | None = None) -> TrainOutcome:
     """Run `args` as `fasttrain train` does. `display`: the run's progress (the terminal's dashboard, a notebook's
     view); `started_at`: time.time() the run's clock starts from (an API call's start; default: this process's);
-    `on_summary`: called with the main process's summary before a late SIGTERM kills again (`--json`'s print)."""
+    `on_summary`: called with the main process's summary as summary.json holds it (RunSummary.to_json()), before a
+    late SIGTERM kills again (`--json`'s print)."""
     from fasttrain.core.given import registered
     from fasttrain.train.setup.prepare import prepare
     with registered(args.inputs):
@@ -71,19 +73,19 @@ def train_job(args: TrainArgs, *, display: DisplayFactory = terminal_dashboard, 
         try:
             summary = _run(prep, display, started_at)
             if on_summary is not None and prep.is_main:
-                on_summary(summary)
+                on_summary(summary.to_json())
         finally:
             train_signals.command_done()
-    return TrainOutcome(prep, summary, exit_code=int(summary.get("exit_code") or 0))
+    return TrainOutcome(prep, summary, exit_code=summary.exit_code)
 
 
-def _run(prep: Prepared, display: DisplayFactory, started_at: float | None) -> dict[str, Any]:
+def _run(prep: Prepared, display: DisplayFactory, started_at: float | None) -> RunSummary:
     """The run, then its report.html (a stopped run's too) on the process that writes the run folder."""
     from fasttrain.train.run.execute import execute
     summary = execute(prep, display=display, launched_at=started_at)
-    if prep.is_main and summary.get("run_dir"):
+    if prep.is_main and summary.run_dir:
         from fasttrain.report.after_run import report_after_run
-        report_after_run(Path(summary["run_dir"]))
+        report_after_run(Path(summary.run_dir))
     return summary
 
 

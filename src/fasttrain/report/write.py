@@ -15,7 +15,7 @@ COMPARE_FILE = "compare.html"                        # several runs' page, in th
 
 def plotting_problem() -> Problem | None:
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  # imported only to learn whether it is installed
     except ImportError:
         return Problem("report", "drawing the plots needs matplotlib, which is not installed",
                        f"install it: {PLOTTING_MISSING}")

@@ -11,6 +11,7 @@ the dashboard and the summary read.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -67,15 +68,16 @@ class HostReader:
         if busy is not None and ours is not None:
             if self._last is not None and now > self._last[0]:
                 dt = now - self._last[0]
-                run, others = (ours - self._last[2]) / dt, max(0.0, (busy - self._last[1]) - (ours - self._last[2])) / dt
+                run, others = (
+                    (ours - self._last[2]) / dt,
+                    max(0.0, (busy - self._last[1]) - (ours - self._last[2])) / dt,
+                )
                 self._run, self._others = _smooth(self._run, run), _smooth(self._others, others)
             self._last = (now, busy, ours)
         if self._others is not None:
             out["cpu_run_cores"], out["cpu_others_cores"] = self._run, self._others
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             out["load_1m"] = os.getloadavg()[0]
-        except (OSError, AttributeError):
-            pass
         return out
 
 
@@ -91,18 +93,25 @@ def busy_text(snapshot: dict[str, Any], cores: int | None, planned_cores: float 
     others = snapshot.get("cpu_others_cores")
     if cores and others is not None and others >= max(BUSY_MIN_CORES, BUSY_MIN_SHARE * cores):
         load = snapshot.get("load_1m")
-        text = f"other processes use {min(others, cores):.1f} of the {cores} cores" + \
-            (f" (load {load:.2f})" if load is not None else "")
+        text = f"other processes use {min(others, cores):.1f} of the {cores} cores" + (
+            f" (load {load:.2f})" if load is not None else ""
+        )
         run = snapshot.get("cpu_run_cores")
         if run is not None and planned_cores and run < 0.9 * planned_cores:
             slower = planned_cores / max(run, 0.05)
-            text += (f"; this run got {run:.1f} of the {planned_cores:g} cores it planned for, about {slower:.1f}x "
-                     "slower than alone or more (threads that wait on each other lose more)")
+            text += (
+                f"; this run got {run:.1f} of the {planned_cores:g} cores it planned for, about {slower:.1f}x "
+                "slower than alone or more (threads that wait on each other lose more)"
+            )
         parts.append(text)
     gpu_others = snapshot.get("gpu_other_processes")
     if gpu_others:
-        parts.append(f"{gpu_others} other process{'es' if gpu_others > 1 else ''} on the GPU share its time"
-                     + (f" (busy {snapshot['gpu_util_pct']:.0f}%)" if snapshot.get("gpu_util_pct") is not None else ""))
+        parts.append(
+            f"{gpu_others} other process{'es' if gpu_others > 1 else ''} on the GPU share its time"
+            + (f" (busy {snapshot['gpu_util_pct']:.0f}%)" if snapshot.get("gpu_util_pct") is not None else "")
+        )
     if not parts:
         return None
-    return "busy machine: " + "; ".join(parts) + ": these figures are not this run's own; measure again when it is quiet"
+    return (
+        "busy machine: " + "; ".join(parts) + ": these figures are not this run's own; measure again when it is quiet"
+    )

@@ -6,6 +6,7 @@ torch is imported lazily, and only for a CUDA device.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -156,31 +157,21 @@ class GpuReader:
                 pass
         if self._handle is not None:
             nv = self._nvml
-            try:
+            with contextlib.suppress(Exception):
                 out["gpu_util_pct"] = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
-            except Exception:
-                pass
-            try:
-                out["gpu_power_w"] = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # mW -> W
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):  # mW -> W
+                out["gpu_power_w"] = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
+            with contextlib.suppress(Exception):
                 out["gpu_power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):
                 out["gpu_mem_total_bytes"] = int(nv.nvmlDeviceGetMemoryInfo(self._handle).total)
-            except Exception:
-                pass
             out.update(other_processes(nv, self._handle))
         return out
 
     def close(self) -> None:
         if self._nvml is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
             self._nvml = None
             self._handle = None
         self._opened = False  # a later start() opens NVML again

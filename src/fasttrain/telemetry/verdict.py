@@ -164,7 +164,7 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
     cores = cores_allow_workers(report)
     limit = min(ram, cores) if cores is not None else ram
     suggest = min(need, limit)
-    kw = dict(ram_allows_workers=ram, cores_allow_workers=cores)
+    kw = {"ram_allows_workers": ram, "cores_allow_workers": cores}
     ram_text = f"{ram}+" if ram >= MAX_WORKERS_CONSIDERED else str(ram)
     if suggest > plan.workers:
         text = f"{head}; raise num_workers to {suggest}"
@@ -179,8 +179,11 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
     if cores is not None and plan.workers >= cores:
         why = f"num_workers={plan.workers} already uses the {plural(report.cores, 'core') if report else '? cores'}"
     elif ram <= plan.workers:
-        why = (f"RAM allows only {plural(ram, 'worker')} at prefetch_factor {plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
-               f"inside the {fmt_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room")
+        why = (
+            f"RAM allows only {plural(ram, 'worker')} at prefetch_factor "
+            f"{plan.prefetch_factor or TORCH_DEFAULT_PREFETCH} "
+            f"inside the {fmt_bytes(plan.ram_budget_bytes)} budget; a smaller prefetch_factor frees room"
+        )
     else:
         why = f"num_workers={plan.workers} is already at the limit"
     return Verdict("input-bound", f"{head}; {why}; {cheaper}", suggested_workers=plan.workers, **kw)
@@ -189,8 +192,11 @@ def _input_bound(wait: float, util: float | None, plan: Plan, report: HardwareRe
 def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
     if plan.device != "cuda":  # no copy to a GPU: the time is the batch's layout/dtype conversion on the host
         head = f"transfer-bound: {h2d:.0%} of each step converts batches for the model on the CPU"
-        fix = ("try --set speed.channels_last=false (the NHWC conversion of every batch costs more than it saves)"
-               if plan.channels_last else "have the loader hand over batches in the model's dtype and layout")
+        fix = (
+            "try --set speed.channels_last=false (the NHWC conversion of every batch costs more than it saves)"
+            if plan.channels_last
+            else "have the loader hand over batches in the model's dtype and layout"
+        )
         return Verdict("transfer-bound", f"{head}; {fix}")
     head = f"transfer-bound: {h2d:.0%} of each step copies batches to the device"
     if not plan.pin_memory:
@@ -201,9 +207,13 @@ def _transfer_bound(h2d: float, plan: Plan) -> Verdict:
 
 
 # --set fragment -> (tuning setting, value) in the measurement cache.
-_MEASURED_AS: dict[str, tuple[str, SettingValue]] = {"speed.precision=bf16-mixed": ("precision", "bf16-mixed"), "speed.compile=true": ("compile", True),
-                "speed.channels_last=true": ("channels_last", True), "speed.fused_optimizer=true":
-                ("fused_optimizer", True), "speed.precision=fp16-mixed": ("precision", "fp16-mixed")}
+_MEASURED_AS: dict[str, tuple[str, SettingValue]] = {
+    "speed.precision=bf16-mixed": ("precision", "bf16-mixed"),
+    "speed.compile=true": ("compile", True),
+    "speed.channels_last=true": ("channels_last", True),
+    "speed.fused_optimizer=true": ("fused_optimizer", True),
+    "speed.precision=fp16-mixed": ("precision", "fp16-mixed"),
+}
 
 
 def untapped_speedups(plan: Plan, report: HardwareReport | None, measured: Sequence[Measurement] = ()) -> list[str]:
@@ -245,12 +255,17 @@ def compile_repays(run_s: float | None) -> bool:
     return run_s is None or run_s * (1 - 1 / COMPILE_GAIN) > COMPILE_COST_S
 
 
-def _compute_bound(compute: float, plan: Plan, report: HardwareReport | None,
-                   measured: Sequence[Measurement] = (), run_s: float | None = None) -> Verdict:
+def _compute_bound(
+    compute: float,
+    plan: Plan,
+    report: HardwareReport | None,
+    measured: Sequence[Measurement] = (),
+    run_s: float | None = None,
+) -> Verdict:
     head = f"compute-bound: {compute:.0%} of each step is compute, the input pipeline keeps up"
-    todo = [t for t in untapped_speedups(plan, report, measured)
-            if t != "speed.compile=true" or compile_repays(run_s)]
+    todo = [t for t in untapped_speedups(plan, report, measured) if t != "speed.compile=true" or compile_repays(run_s)]
     if todo:
-        return Verdict("compute-bound", f"{head}; still off here: " +
-                       ", ".join(suggestion_text(t, measured) for t in todo))
+        return Verdict(
+            "compute-bound", f"{head}; still off here: " + ", ".join(suggestion_text(t, measured) for t in todo)
+        )
     return Verdict("compute-bound", f"{head}; the speed settings this device supports are on -- good")

@@ -1,15 +1,14 @@
 """The training dashboard: Rich Live on a terminal, plain lines off it, or (almost) nothing with --quiet.
 
-It is a TrainListener (fasttrain.train.loop.events): the command builds it and hands it to the run, so the
-training code never imports it.
+It is a TrainListener (fasttrain.train.loop.events): the command builds it and hands it to the run, so the training
+code never imports it.
 
-The loop's on_step (update(snapshot, rec)) comes at every logged step; that stores references and
-checks a clock. Drawing is throttled and happens on the calling thread: the live screen is redrawn at
-most REFRESH_PER_SECOND times a second, a plain line written at most every `plain_every_s` seconds.
-Why not Rich's own refresh thread: a redraw holds the GIL for 1-2 ms, and on a loaded machine a
-background thread preempted while holding it stalls the training thread far longer than the redraw
-itself (measured with benchmarks/telemetry_overhead.py: ~0.92 of bare throughput on a busy 2-core box);
-drawn inline, the cost is exactly the redraw and only when there is something new to show.
+The loop's on_step (update(snapshot, rec)) comes at every logged step; that stores references and checks a clock.
+Drawing is throttled and happens on the calling thread: the live screen is redrawn at most REFRESH_PER_SECOND times a
+second, a plain line written at most every `plain_every_s` seconds. Why not Rich's own refresh thread: a redraw holds
+the GIL for 1-2 ms, and on a loaded machine a background thread preempted while holding it stalls the training thread
+far longer than the redraw itself (measured with benchmarks/telemetry_overhead.py: ~0.92 of bare throughput on a busy
+2-core box); drawn inline, the cost is exactly the redraw and only when there is something new to show.
 """
 from __future__ import annotations
 
@@ -23,12 +22,15 @@ from fasttrain.hardware.report import HardwareReport
 from fasttrain.plan import Plan
 from fasttrain.telemetry import verdict as vd
 from fasttrain.train.loop.events import RunEnd, StepEvent
-from fasttrain.ui.dashboard_format import epoch_line, plain_line
+from fasttrain.ui.dashboard_format import epoch_line, plain_line, plan_line
+from fasttrain.ui.ending import ending_lines, run_state
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from fasttrain.telemetry.step_record import StepRecord
+    from fasttrain.train.loop.epoch_row import EpochRow
+    from fasttrain.train.run.summary_record import RunSummary
 
 MODES = ("live", "plain", "quiet")
 # 4 redraws a second looks live to a person; each costs 1-2 ms (measured in the benchmark): < 1% of the time.
@@ -158,21 +160,20 @@ class Dashboard:
         if self.mode == "quiet" and level != "error":
             return
         if self.mode == "live" and self._live is not None:
-            self._messages = (self._messages + [line])[-LIVE_MESSAGES:]
+            self._messages = [*self._messages, line][-LIVE_MESSAGES:]
             self._live.console.print(line, markup=False, highlight=False)
         else:
             self._write(line)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: RunSummary) -> None:
         """The run is over: the frames drawn from now on say so (done, or stopped) instead of an ETA."""
-        from fasttrain.ui.ending import run_state
         self.ended = run_state(summary)
 
     def budget_left_s(self) -> float | None:
         """Seconds until the time budget's deadline (negative past it), or None without a budget."""
         return None if self.deadline is None else self.deadline - self._wall_clock()
 
-    def close(self, summary: dict[str, Any] | None = None) -> None:
+    def close(self, summary: RunSummary | None = None) -> None:
         """Stop redrawing and print the final summary (in every mode, --quiet included)."""
         if self._closed:
             return
@@ -184,13 +185,11 @@ class Dashboard:
         self._closed = True
         if summary is None:
             return
-        from fasttrain.ui.ending import ending_lines
         # On a terminal the lines are broken between words to its width, commands with ` \` (copied, they still run);
         # off one (a pipe, a log) each stays whole.
         width = self.console.width - 2 if self.mode == "live" else None
-        lines = ["summary (all of it: summary.json in the run folder):",
-                 *("  " + ln for ln in ending_lines(summary, width))]
-        for line in lines:
+        head = "summary (all of it: summary.json in the run folder):"
+        for line in [head, *("  " + ln for ln in ending_lines(summary, width))]:
             if self.mode == "live":
                 self.console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
@@ -205,8 +204,8 @@ class Dashboard:
         if event.snapshot is not None:  # without telemetry there are no rolling figures, and nothing new to draw
             self.update(event.snapshot, event.record)
 
-    def on_epoch_end(self, row: dict[str, Any]) -> None:
-        self.epoch_end(row)
+    def on_epoch_end(self, row: EpochRow) -> None:
+        self.epoch_end(row.to_json())  # the epoch table's columns are the row's metrics.jsonl keys
 
     def on_message(self, text: str, level: str = "info") -> None:
         self.message(text, level)
@@ -248,12 +247,8 @@ class Dashboard:
 
     @property
     def header(self) -> str:
-        """The run in one line: profile, device, precision, batch and workers."""
-        p = self.plan
-        world = f" x {p.world_size} processes = {p.effective_batch} (DDP)" if p.world_size > 1 else ""
-        per = " per process" if p.world_size > 1 else ""
-        return (f"profile {p.profile_name} | device {p.device} ({p.device_reason}) | {p.precision} | "
-                f"batch {p.batch_size} x {p.accumulation_steps} accumulation{world} | workers {p.workers}{per}")
+        """The run in one line (dashboard_format.plan_line)."""
+        return plan_line(self.plan)
 
     # -- live ------------------------------------------------------------------------------------
     def _stop_live(self) -> None:

@@ -5,9 +5,12 @@ depend on it and not on each other.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrain.core.format import fmt_bytes, fmt_clock, fmt_number
+
+if TYPE_CHECKING:
+    from fasttrain.plan import Plan
 
 # Epoch-table columns, in order, with their labels. Rows may carry more keys (the loop adds every
 # telemetry_* total); those stay in metrics.jsonl so the table fits a terminal.
@@ -122,7 +125,8 @@ def eta_s(snap: dict[str, Any] | None, total_batches: int, budget_left_s: float 
     return steps_s if budget_left_s is None else max(0.0, min(steps_s, budget_left_s))
 
 
-def measured_vs_forecast(snap: dict[str, Any], forecast: dict[str, Any] | None) -> list[tuple[str, Any, Any, float | None]]:
+def measured_vs_forecast(snap: dict[str, Any],
+                         forecast: dict[str, Any] | None) -> list[tuple[str, Any, Any, float | None]]:
     """(label key, measured, forecast, measured/forecast) for each figure the forecast has."""
     if not forecast:
         return []
@@ -174,3 +178,13 @@ def plain_line(snap: dict[str, Any], epochs: int, total_batches: int, data_kind:
         parts.append(f"RAM {fmt_bytes(snap['host_ram_used_bytes'])} used "
                      f"{fmt_bytes(snap.get('host_ram_available_bytes') or 0)} free")
     return " | ".join(parts)
+
+
+def plan_line(plan: Plan) -> str:
+    """The run in one line, plain mode's first: profile, device (and why), precision, batch and workers; a
+    data-parallel run's batch and workers per process. (The live screen fits its own to the width: dashboard_view.)"""
+    p = plan
+    world = f" x {p.world_size} processes = {p.effective_batch} (DDP)" if p.world_size > 1 else ""
+    per = " per process" if p.world_size > 1 else ""
+    return (f"profile {p.profile_name} | device {p.device} ({p.device_reason}) | {p.precision} | "
+            f"batch {p.batch_size} x {p.accumulation_steps} accumulation{world} | workers {p.workers}{per}")

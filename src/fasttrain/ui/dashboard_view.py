@@ -32,8 +32,8 @@ from fasttrain.ui.dashboard_format import (
     rate_unit,
 )
 
-VERDICT_STYLE = {"busy-machine": "bold red", "input-bound": "bold red", "transfer-bound": "bold yellow", "host-bound": "bold yellow",
-                 "compute-bound": "bold green", "warming-up": "dim"}
+VERDICT_STYLE = {"busy-machine": "bold red", "input-bound": "bold red", "transfer-bound": "bold yellow",
+                 "host-bound": "bold yellow", "compute-bound": "bold green", "warming-up": "dim"}
 BAR_WIDTH = 30
 MIN_BAR_WIDTH = 8
 LABEL_WIDTH = 10
@@ -204,7 +204,7 @@ def gpu_memory(snap: dict[str, Any]) -> str:
     values = [snap.get("gpu_mem_allocated_bytes") or 0, snap.get("gpu_mem_reserved_bytes") or 0,
               snap.get("gpu_mem_peak_bytes") or 0]
     total = snap.get("gpu_mem_total_bytes")
-    gib = max(values + [total or 0]) >= GIB
+    gib = max([*values, total or 0]) >= GIB
     def num(n: float) -> str:
         return f"{n / GIB:.1f}" if gib else f"{n / MIB:,.0f}"
     alloc, rsvd, peak = (num(n) for n in values)

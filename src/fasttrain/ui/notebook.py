@@ -9,6 +9,7 @@ show; display ids need only IPython, which every notebook kernel (Jupyter, VS Co
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 import time
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from fasttrain.plan import Plan
+    from fasttrain.train.loop.epoch_row import EpochRow
+    from fasttrain.train.run.summary_record import RunSummary
 
 # Characters per line: a notebook's output cell at its default width (Jupyter, Colab and Kaggle show ~110).
 NOTEBOOK_WIDTH = 110
@@ -73,8 +76,8 @@ def text_and_html(console: Console) -> dict[str, str]:
     return {"text/plain": text, "text/html": console.export_html(inline_styles=True, code_format=HTML_FRAME)}
 
 
-def summary_table(summary: dict[str, Any]) -> RenderableType:
-    """The end of a run (summary.json's dict) as the terminal says it (ui/ending.py's rows), as a table."""
+def summary_table(summary: RunSummary) -> RenderableType:
+    """The end of a run as the terminal says it (ui/ending.py's rows), as a table."""
     from rich.table import Table
 
     from fasttrain.ui.ending import ending_rows
@@ -133,12 +136,12 @@ class NotebookDisplay:
         if self.last_draw is None or self.clock() - self.last_draw >= REFRESH_S:
             self.draw()
 
-    def on_epoch_end(self, row: dict[str, Any]) -> None:
+    def on_epoch_end(self, row: EpochRow) -> None:
         self.dashboard.on_epoch_end(row)
         self.draw()
 
     def on_message(self, text: str, level: str = "info") -> None:
-        self.messages = (self.messages + [text if level == "info" else f"{level}: {text}"])[-MESSAGES:]
+        self.messages = ([*self.messages, text if level == "info" else f"{level}: {text}"])[-MESSAGES:]
         self.draw()
 
     def on_run_end(self, end: RunEnd) -> None:
@@ -164,10 +167,8 @@ class NotebookDisplay:
         except Exception as exc:
             bundle = {"text/plain": f"fasttrain: display error: {type(exc).__name__}: {exc}"}
         self.draws += 1
-        try:
+        with contextlib.suppress(Exception):
             self.show(bundle)
-        except Exception:
-            pass
 
 
 def notebook_display(spec: RunDisplay) -> NotebookDisplay | Dashboard:

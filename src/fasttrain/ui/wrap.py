@@ -34,7 +34,8 @@ def _split_long(word: str, room: int) -> list[str]:
 
 def wrap_words(text: str, width: int, indent: int = 0) -> list[str]:
     """`text` in lines of at most `width` cells of text, broken at spaces; the lines after the first start with
-    `indent` more spaces (under a label the first line has beside it). A word longer than a line is broken after a `/`, else a `-`, `_` or `.` (BREAKS)."""
+    `indent` more spaces (under a label the first line has beside it). A word longer than a line is broken after
+    a `/`, else a `-`, `_` or `.` (BREAKS)."""
     lines: list[str] = []
     line = ""
     for word in text.split():
@@ -86,7 +87,7 @@ def wrap_command(command: str, width: int, indent: int = 0) -> list[str]:
         line = word
     lines.append(line)
     ends = [CONTINUED] * (len(lines) - 1) + [""]
-    return [ln + end for ln, end in zip(_indented(lines, indent), ends)]
+    return [ln + end for ln, end in zip(_indented(lines, indent), ends, strict=True)]
 
 
 def terminal_width(stream: TextIO) -> int | None:

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Union
 
 import torch
 
 # What a loader hands over: (images, targets[, extra...]) or a dict with "images" and "targets".
-Batch = Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
+Batch = Sequence[torch.Tensor] | Mapping[str, torch.Tensor]
 
 
 def window_length(batch_index: int, batches_in_epoch: int, accumulation: int) -> tuple[int, bool]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from fasttrain.train.loop.budget_reserve import SanityTiming, capped_reserve
 
 if TYPE_CHECKING:
+    from fasttrain.train.loop.epoch_row import EpochRow
     from fasttrain.train.parallel.ddp import DistContext
 
 # After the last step: the final validation and checkpoint (measured or estimated), then this much for the run
@@ -209,15 +210,15 @@ class BudgetPace:
         out = self.budget.out_of_time(self.schedule.step, by_plan=self._measured)
         return self.settle(self._agree(Ballot(out, planned, self._measured)))
 
-    def epoch_end(self, row: dict[str, Any], write_s: float) -> bool:
+    def epoch_end(self, row: EpochRow, write_s: float) -> bool:
         """after_epoch() from the epoch's row (train_s, val_s) and the final checkpoint's expected `write_s`; the
         epoch's seconds and steps counted from the last epoch end (its checkpoint write included) or the start.
         -> whether the budget is spent."""
         (since, steps_before), now = self._epoch_from, self.clock()
         self._epoch_from = (now, self.schedule.step)
-        train_s = float(row["train_s"])
+        train_s = float(row.train_s)
         return self.after_epoch(train_s, self.schedule.step - steps_before, max(0.0, now - since - train_s),
-                                float(row.get("val_s") or 0.0) + write_s)
+                                float(row.val_s or 0.0) + write_s)
 
     def _agree(self, ballot: Ballot) -> Ballot:
         """Every rank's ballot at the same point (the start, an epoch end: a blocking collective) -> the agreed
@@ -228,7 +229,7 @@ class BudgetPace:
         if len({(step, total) for _, step, total in seen}) > 1:
             raise RuntimeError("time budget: the ranks' LR schedules differ, (step, total steps) by rank: "
                                f"{[(step, total) for _, step, total in seen]}")
-        return Ballot.from_votes([max(column) for column in zip(*(votes for votes, _, _ in seen))])
+        return Ballot.from_votes([max(column) for column in zip(*(votes for votes, _, _ in seen), strict=True)])
 
     def _plan(self, step_s: float) -> int:
         """The step training ends at, from `step_s` seconds a step (and the cap the user gave)."""

@@ -35,10 +35,7 @@ def whole_validation_s(asked: list[float], done: float, batches: int, pass_s: fl
     the clock when the pass asked for each batch, `done` when it ended, `pass_s` its whole time (the figure for a
     pass of one batch, which has nothing after its first); plus the batch-norm re-estimate's `reestimate_images`
     at the seconds per image of its batches of `batch_images`. Pure."""
-    if batches >= 2 and len(asked) >= 2:
-        per_batch = (done - asked[1]) / (batches - 1)
-    else:
-        per_batch = pass_s / max(1, batches)
+    per_batch = (done - asked[1]) / (batches - 1) if batches >= 2 and len(asked) >= 2 else pass_s / max(1, batches)
     per_image = per_batch / batch_images if batch_images > 0 else 0.0
     return max(0.0, per_batch * max(1, val_batches) + per_image * max(0, reestimate_images))
 

@@ -17,8 +17,9 @@ its gradient's or its state's (a state loaded from elsewhere) is handed over as 
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -49,12 +50,19 @@ class _DenseStep:
     is set."""
 
     param_groups: list[dict[str, Any]]
-    state: dict[torch.Tensor, dict[str, Any]]
+    state: defaultdict[torch.Tensor, Any]
+
+    # The overloads of torch.optim.Optimizer.step, which this step stands in for (a closure's loss is a float there)
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if not all(self.covers(group) for group in self.param_groups):
-            return super().step(closure)  # type: ignore[misc]
+            return super().step(closure)  # type: ignore[misc]  # a mixin: torch's optimizer is next in the MRO
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -76,7 +84,8 @@ class _DenseStep:
 
 def _add_views(lists: tuple[list[torch.Tensor], ...], tensors: list[torch.Tensor]) -> None:
     """One parameter's tensors (dense_views of them) appended to the kernel's per-kind lists."""
-    for bucket, view in zip(lists, dense_views(tensors)):
+    # strict=False: SGD without momentum hands 2 tensors to its 3 lists (its momentum-buffer list stays empty)
+    for bucket, view in zip(lists, dense_views(tensors), strict=False):
         bucket.append(view)
 
 
@@ -107,9 +116,24 @@ class _DenseAdamStep(_DenseStep):
         torch._foreach_add_(steps, 1)
         kernel = torch._fused_adamw_ if group.get("decoupled_weight_decay", False) else torch._fused_adam_
         beta1, beta2 = group["betas"]
-        kernel(*lists, [], steps, lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2),
-               weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False,
-               grad_scale=grad_scale, found_inf=found_inf)
+        params, grads, exp_avgs, exp_avg_sqs = lists
+        kernel(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            [],
+            steps,
+            lr=float(group["lr"]),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            amsgrad=False,
+            maximize=False,
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )
         if found_inf is not None:  # a step the scaler skips does not count (as torch's fused Adam)
             torch._foreach_sub_(steps, [found_inf] * len(steps))
 
@@ -131,26 +155,41 @@ class DenseSGD(_DenseStep, torch.optim.SGD):
             return False
         if group["momentum"] == 0:
             return True
-        return len({self.state[p].get("momentum_buffer") is not None
-                    for p in group["params"] if p.grad is not None}) <= 1
+        return (
+            len({self.state[p].get("momentum_buffer") is not None for p in group["params"] if p.grad is not None}) <= 1
+        )
 
-    def _step_group(self, group: dict[str, Any], grad_scale: torch.Tensor | None,
-                    found_inf: torch.Tensor | None) -> None:
+    def _step_group(
+        self, group: dict[str, Any], grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None
+    ) -> None:
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
             return
         momentum = group["momentum"]
-        buffers = [self.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
-        first = momentum != 0 and all(b is None for b in buffers)
-        if first:  # as torch's _fused_sgd: the kernel fills them from the gradients
-            buffers = [torch.empty_like(p.grad) for p in params]
+        grads: list[torch.Tensor] = [p.grad for p in params]
+        stored = [self.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
+        first = momentum != 0 and all(b is None for b in stored)
+        # covers(): every parameter has a buffer, or none has; then, as torch's _fused_sgd, the kernel fills them
+        # from the gradients
+        buffers = [torch.empty_like(g) for g in grads] if first else stored
         lists: tuple[list[torch.Tensor], ...] = ([], [], [])  # params, grads, momentum buffers
-        for k, param in enumerate(params):
-            _add_views(lists, [param, param.grad, *([buffers[k]] if momentum != 0 else [])])
+        for k, (param, grad) in enumerate(zip(params, grads, strict=True)):
+            _add_views(lists, [param, grad, *([buffers[k]] if momentum != 0 else [])])
         # torch/optim/sgd.py's _fused_sgd makes this call (see the Adam step above for why the private name).
-        torch._fused_sgd_(lists[0], lists[1], lists[2], weight_decay=group["weight_decay"], momentum=momentum,
-                          lr=float(group["lr"]), dampening=group["dampening"], nesterov=group["nesterov"],
-                          maximize=False, is_first_step=first, grad_scale=grad_scale, found_inf=found_inf)
+        torch._fused_sgd_(
+            lists[0],
+            lists[1],
+            lists[2],
+            weight_decay=group["weight_decay"],
+            momentum=momentum,
+            lr=float(group["lr"]),
+            dampening=group["dampening"],
+            nesterov=group["nesterov"],
+            maximize=False,
+            is_first_step=first,
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )
         if momentum != 0:
-            for param, buffer in zip(params, buffers):
+            for param, buffer in zip(params, buffers, strict=True):
                 self.state[param]["momentum_buffer"] = buffer

@@ -1,7 +1,8 @@
 """Did a pass over the data train on anything? An epoch is never a success on files it could not read.
 
 The image loaders skip unreadable files and count them in the bundle's datasets.bundle.BadFiles (`skips` grows
-by one per sample lost), which the loop is handed as Collaborators.bad. A training pass that trained no batch at all, or lost more than half of its samples, stops the
+by one per sample lost), which the loop is handed as Collaborators.bad. A training pass that trained no batch at all, or
+lost more than half of its samples, stops the
 run (JobFailed, exit 1) and says why: how many files could not be read, the latest one and its reason, a
 folder that disappeared under the run, and the last good checkpoint. A validation pass that yields no image
 is said (a warning), not shown as a silent 0.

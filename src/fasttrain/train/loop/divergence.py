@@ -7,12 +7,12 @@ each epoch end.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from fasttrain.core.errors import JobFailed
 from fasttrain.core.format import fmt_number
+from fasttrain.train.loop.epoch_row import EpochRow
 
 # The latest epoch's mean train loss above this many times the lowest so far, *and* above the first epoch's (about
 # the untrained model's loss), is a climb no schedule explains. Near convergence 0.01 -> 0.03 is noise, which the
@@ -22,10 +22,10 @@ from fasttrain.core.format import fmt_number
 TRAIN_RUNAWAY = 2.0
 
 
-def _series(history: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
-    """(epoch, value) of every row with a number under `key`."""
-    return [(int(row.get("epoch", i + 1)), float(row[key])) for i, row in enumerate(history)
-            if isinstance(row.get(key), (int, float))]
+def _series(history: Sequence[EpochRow], loss: Callable[[EpochRow], float | None]) -> list[tuple[int, float]]:
+    """(epoch, loss) of every row with a number for that `loss`."""
+    return [(row.epoch or i + 1, float(value)) for i, row in enumerate(history)
+            if isinstance(value := loss(row), (int, float))]
 
 
 def _rise(series: list[tuple[int, float]], label: str) -> str:
@@ -35,22 +35,22 @@ def _rise(series: list[tuple[int, float]], label: str) -> str:
     return f"{label} {fmt_number(low)} (epoch {low_epoch}) -> {fmt_number(last)} (epoch {last_epoch}){times}"
 
 
-def runaway(history: Sequence[Mapping[str, Any]]) -> str | None:
+def runaway(history: Sequence[EpochRow]) -> str | None:
     """Why the losses recorded so far show a run diverging, or None. Pure."""
-    train = _series(history, "train_loss")
+    train = _series(history, lambda row: row.train_loss)
     if len(train) < 2:
         return None
     first, last, low = train[0][1], train[-1][1], min(value for _, value in train[:-1])
     if not (last > TRAIN_RUNAWAY * max(low, 0.0) and last > first and last > 0):
         return None
     why = _rise(train, "train loss")
-    val = _series(history, "val_loss")
+    val = _series(history, lambda row: row.val_loss)
     if len(val) >= 2 and val[-1][1] > min(value for _, value in val[:-1]):
         why += "; " + _rise(val, "val loss")
     return why
 
 
-def check(history: Sequence[Mapping[str, Any]], last_good: Path | None) -> None:
+def check(history: Sequence[EpochRow], last_good: Path | None) -> None:
     """Raise JobFailed (exit 1) with one line when runaway() finds the run diverging."""
     why = runaway(history)
     if why is None:

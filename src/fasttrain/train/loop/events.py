@@ -20,6 +20,8 @@ from fasttrain.telemetry.step_record import StepRecord
 from fasttrain.tuning.store import Measurement
 
 if TYPE_CHECKING:  # checkpoint.py imports torch; this module must not
+    from fasttrain.train.loop.epoch_row import EpochRow
+    from fasttrain.train.run.summary_record import RunSummary
     from fasttrain.train.state.checkpoint_policy import CheckpointPolicy
 
 
@@ -42,7 +44,7 @@ class StepEvent:
 class RunEnd:
     """The finished (or stopped) run: the whole summary (summary.json); ui/ending.py says what of it is printed."""
 
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 @runtime_checkable
@@ -54,7 +56,7 @@ class TrainListener(Protocol):
 
     def on_step(self, event: StepEvent) -> None: ...
 
-    def on_epoch_end(self, row: dict[str, Any]) -> None: ...
+    def on_epoch_end(self, row: EpochRow) -> None: ...
 
     def on_message(self, text: str, level: str = "info") -> None: ...
 
@@ -75,7 +77,7 @@ class Listeners:
         for x in self.listeners:
             x.on_step(event)
 
-    def on_epoch_end(self, row: dict[str, Any]) -> None:
+    def on_epoch_end(self, row: EpochRow) -> None:
         for x in self.listeners:
             x.on_epoch_end(row)
 
@@ -93,9 +95,9 @@ class StepLog(Protocol):
 
     def log_step(self, record: dict[str, Any]) -> None: ...
 
-    def log_epoch(self, record: dict[str, Any]) -> None: ...
+    def log_epoch(self, row: EpochRow) -> None: ...
 
-    def write_summary(self, summary: dict[str, Any]) -> object: ...
+    def write_summary(self, summary: RunSummary) -> object: ...
 
 
 class RunLogListener:
@@ -116,7 +118,7 @@ class RunLogListener:
                 row[key] = snapshot[key]
         self.log.log_step(row)
 
-    def on_epoch_end(self, row: dict[str, Any]) -> None:
+    def on_epoch_end(self, row: EpochRow) -> None:
         self.log.log_epoch(row)
 
     def on_message(self, text: str, level: str = "info") -> None:

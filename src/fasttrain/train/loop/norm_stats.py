@@ -132,7 +132,7 @@ def share_over_ranks(target: torch.nn.Module, names: list[str], batches: int, di
     mean = dist.weighted_mean(flat, batches)
     if mean is None:  # no rank had batches: every rank keeps what it had
         return
-    for buffer, part in zip(buffers, mean.split([t.numel() for t in buffers])):
+    for buffer, part in zip(buffers, mean.split([t.numel() for t in buffers]), strict=True):
         buffer.copy_(part.view_as(buffer))
 
 

@@ -22,7 +22,8 @@ from fasttrain.train.loop.cpu_fused import DenseAdam, DenseAdamW, DenseSGD, want
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for _, p in model.named_parameters():
         if not p.requires_grad:
             continue
@@ -37,16 +38,19 @@ def build_optimizer(model: torch.nn.Module, spec: OptimSpec, lr: float, *, fused
     """`fused` comes from Plan.fused_optimizer (the profile's speed.fused_optimizer). Build it after the model
     has its memory format: the choice of the step looks at the weights' layout."""
     groups = param_groups(model, spec.weight_decay)
-    kernel = {"fused": True} if fused else {"foreach": True}
+    # fused kernels or foreach ones, never both (torch refuses both set); the other stays torch's default None
+    fused_flag, foreach_flag = (True, None) if fused else (None, True)
     dense = wants_dense_step([p for group in groups for p in group["params"]], fused=fused)
     if spec.optimizer == "sgd":
         return (DenseSGD if dense else torch.optim.SGD)(groups, lr=lr, momentum=spec.momentum,
-                                                        nesterov=spec.momentum > 0, **kernel)
+                                                        nesterov=spec.momentum > 0, fused=fused_flag,
+                                                        foreach=foreach_flag)
     if spec.optimizer == "adamw":
-        return (DenseAdamW if dense else torch.optim.AdamW)(groups, lr=lr, **kernel)
+        return (DenseAdamW if dense else torch.optim.AdamW)(groups, lr=lr, fused=fused_flag,
+                                                            foreach=foreach_flag)
     if spec.optimizer == "adam":
         # Adam's own weight_decay is L2 in the gradient (not decoupled); kept as the user asked for it.
-        return (DenseAdam if dense else torch.optim.Adam)(groups, lr=lr, **kernel)
+        return (DenseAdam if dense else torch.optim.Adam)(groups, lr=lr, fused=fused_flag, foreach=foreach_flag)
     raise ValueError(f"unknown optimizer {spec.optimizer!r}")
 
 

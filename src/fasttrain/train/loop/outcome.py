@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from fasttrain.train.loop.class_tally import ClassTally
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.state.run_state import FitProgress
 
 
@@ -59,7 +60,7 @@ class FitResult:
     classes: ClassTally = field(default_factory=ClassTally)       # the confusion matrices (per-class accuracy)
 
     @property
-    def history(self) -> list[dict[str, Any]]:
+    def history(self) -> list[EpochRow]:
         return self.progress.history
 
     @property

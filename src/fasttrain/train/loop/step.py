@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -64,7 +64,8 @@ class StepEngine(ForwardBackward):
         self.module = module            # eager module: owns the weights, state_dict, train()/eval()
         self.runner = runner            # what to call: the module (or its DDP wrapper), or a CompileGuard around it
         # The outermost module: train()/eval() go through it (a DDP wrapper passes them on) and no_sync() is its.
-        self.top: torch.nn.Module = runner.eager if isinstance(runner, CompileGuard) else runner  # type: ignore[assignment]
+        # not a CompileGuard, the runner is the module itself or its DDP wrapper, both Modules
+        self.top = runner.eager if isinstance(runner, CompileGuard) else cast(torch.nn.Module, runner)
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
         self.settings = settings
         self.backoff = backoff

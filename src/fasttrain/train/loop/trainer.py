@@ -18,7 +18,7 @@ import torch
 from fasttrain.train.loop.checkpointing import Checkpointer, restore_rank_rng
 from fasttrain.train.loop.data_check import check_trained, skipped_so_far, validation_note
 from fasttrain.train.loop.divergence import check as check_divergence
-from fasttrain.train.loop.epoch_row import epoch_figures
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.loop.epoch_sums import EpochSums, take_back
 from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.heap import long_lived_objects_frozen
@@ -202,14 +202,17 @@ class Trainer(TrainerState):
                 set_epoch(epoch)
             first = start.batch if epoch == start.epoch and start.batch > 0 else 0
             partial = self._resumed.partial if first and self._resumed is not None else None
-            row = {"epoch": epoch + 1, **self.train_epoch(train_loader, epoch, first=first, partial=partial)}
-            row.update(self._validation_row(val_loader, epoch))
-            row.update(epoch_figures(self.engine.schedule.current(), self.collaborators, self.options.launched_at))
-            self.engine.schedule.epoch_end(row.get("val_loss"))
+            trained = self.train_epoch(train_loader, epoch, first=first, partial=partial)
+            io = self.collaborators
+            row = EpochRow.build(epoch + 1, trained, self._validation_row(val_loader, epoch),
+                                 self.engine.schedule.current(), launched_at=self.options.launched_at,
+                                 bad_files=len(io.bad.paths) if io.bad is not None else None,
+                                 telemetry=io.telemetry.epoch_stats() if io.telemetry is not None else None)
+            self.engine.schedule.epoch_end(row.val_loss)
             pass_done = self.batch_in_epoch - self.pass_start  # the sampler then records the epoch as done
             self.batch_in_epoch = 0
             if self.progress.add_epoch(row) and self.collaborators.checkpoints is not None:
-                self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.get("val_acc1"))
+                self.checkpoints.new_best(self.engine.evaluated or self.model, epoch + 1, row.val_acc1)
             stopped_early = self.progress.out_of_patience(self.options.patience)
             spent = self.options.budget is not None and self.options.budget.epoch_end(  # agreed by the ranks
                 row, self.checkpoints.expected_s(self.model, self.engine.optimizer))
@@ -230,9 +233,9 @@ class Trainer(TrainerState):
                 raise self.control.interrupted(self.last_good, epoch + 1, 0, self.engine.schedule.step)
         return stopped_early
 
-    def _validation_row(self, loader: Iterable[Any] | None, epoch: int) -> dict[str, Any]:
+    def _validation_row(self, loader: Iterable[Any] | None, epoch: int) -> dict[str, Any] | None:
         if loader is None:
-            return {}
+            return None
         skips = skipped_so_far(self.collaborators.bad)
         row = self.validate(loader, epoch=epoch + 1)
         if note := validation_note(epoch, row, skipped_so_far(self.collaborators.bad) - skips, self.collaborators.bad):

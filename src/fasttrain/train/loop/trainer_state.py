@@ -9,9 +9,10 @@ state/run_state.py's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fasttrain.train.loop.checkpointing import Checkpointer
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.options import LoopOptions
 from fasttrain.train.loop.step import StepEngine
@@ -40,7 +41,7 @@ class TrainerState:
     _resumed: RunState | None
     _partial: EpochPartial | None      # the open epoch's sums at a mid-epoch checkpoint
 
-    def snapshot(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0) -> RunState:
+    def snapshot(self, next_epoch: int, row: EpochRow | None = None, consumed_batches: int = 0) -> RunState:
         """Everything an exact resume needs; `next_epoch` and the batch in it say where to continue.
         `consumed_batches`: loader batches trained in the current pass (mid-epoch checkpoints). Every rank
         calls it (the RNG states are gathered)."""
@@ -49,7 +50,8 @@ class TrainerState:
         return RunState(
             **self.engine.state_dict(), position=Position(self.engine.schedule.step, next_epoch, self.batch_in_epoch),
             partial=self._partial if self.batch_in_epoch else None, rng=rng_states(),
-            rng_per_rank=self.dist.gather(rng_states()) if self.dist is not None else None, metrics=row or {},
+            rng_per_rank=self.dist.gather(rng_states()) if self.dist is not None else None,
+            metrics=row.to_json() if row is not None else {},
             nonfinite_total=self.nonfinite_total, extras=extras,
             fit=FitProgress(list(progress.history), progress.best_acc1, progress.best_epoch, progress.stale))
 
@@ -63,7 +65,7 @@ class TrainerState:
         self.nonfinite_total, self.progress = state.nonfinite_total, state.fit
         self._start, self._resumed = state.position, state
 
-    def _checkpoint(self, next_epoch: int, row: dict[str, Any] | None = None, consumed_batches: int = 0, *,
+    def _checkpoint(self, next_epoch: int, row: EpochRow | None = None, consumed_batches: int = 0, *,
                     epoch: int | None = None, final: bool = True) -> Path | None:
         """Snapshot the run and write last.pt (checkpointing.py): mid-epoch and `final` ones always, other epoch
         ends (`epoch`) when the write is worth its cost. Under DDP every rank takes part in the snapshot (the RNG

@@ -115,7 +115,7 @@ def torchrun_argv(spec: LaunchSpec, worker_args: Sequence[str]) -> list[str]:
         host, _, port = (spec.rdzv_endpoint or "").rpartition(":")
         head += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "static",
                  "--master-addr", host, "--master-port", port, "--rdzv-conf", f"timeout={spec.rdzv_timeout_s}"]
-    return head + ["-m", "fasttrain", *worker_args]
+    return [*head, "-m", "fasttrain", *worker_args]
 
 
 def cpu_threads_per_process(cores: int, nproc_per_node: int, workers: int) -> int:

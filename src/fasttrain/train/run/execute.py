@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from fasttrain.core.given import is_given
@@ -24,13 +25,15 @@ from fasttrain.train.run.export import write_model_files
 from fasttrain.train.run.run_clock import resumed_clock
 from fasttrain.train.run.start_time import run_started_at
 from fasttrain.train.run.summary import (
+    RunSummary,
     budget_report,
-    fault_report,
     final_verdict,
-    interrupted_report,
     resume_command,
     run_summary,
+    with_faults,
+    with_stop,
 )
+from fasttrain.train.run.summary_parts import ForecastFigures
 from fasttrain.train.run.time_budget import display_epochs, fit_epochs, time_budget
 from fasttrain.train.setup.plan_view import classes_text, opening_notes, plan_notes, weights_words
 from fasttrain.train.state.rng import seed_everything
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
 
 def execute(prep: Prepared, *, display: DisplayFactory | None = None, stream: TextIO | None = None,
-            launched_at: float | None = None) -> dict[str, Any]:
+            launched_at: float | None = None) -> RunSummary:
     """Train; returns the summary (also written to summary.json). A torchrun worker joins its job first.
     `display`: the command's display (its dashboard), built from a RunDisplay once the loaders exist;
     None shows nothing. `launched_at`: time.time() the run's clock starts from (time to accuracy, the time
@@ -67,7 +70,7 @@ def _no_display(spec: RunDisplay) -> Iterator[TrainListener]:
 
 
 def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, display: DisplayFactory,
-             launched_at: float) -> dict[str, Any]:
+             launched_at: float) -> RunSummary:
     from fasttrain.models.registry import run_model
     from fasttrain.telemetry.recorder import Telemetry
 
@@ -117,12 +120,12 @@ def _execute(prep: Prepared, stream: TextIO | None, dist: DistContext | None, di
             from fasttrain.train.trial.choice import tuning_line
             listener.on_message("tuning: " + tuning_line(tuning))
         summary = _train(run, model, listener)
-    if "stop_message" in summary and main:  # a stop request ended the run: say where and how to resume
-        print(summary["stop_message"], file=sys.stderr, flush=True)
+    if summary.stopped and main:  # a stop request ended the run: say where and how to resume
+        print(summary.stop_message, file=sys.stderr, flush=True)
     return summary
 
 
-def _train(run: RunParts, model: torch.nn.Module, listener: TrainListener) -> dict[str, Any]:
+def _train(run: RunParts, model: torch.nn.Module, listener: TrainListener) -> RunSummary:
     """Fit; -> the summary, also told to the run log and the display. A stop request ends in a summary too."""
     import torch
 
@@ -163,21 +166,22 @@ def _train(run: RunParts, model: torch.nn.Module, listener: TrainListener) -> di
             if loader is not None:
                 loader.shutdown()  # its workers ignore the signals the main process handles
     train_signals.after_training()  # a late SIGTERM must not cut the summary (commands/train ends this phase)
-    summary = run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch)
-    summary["precision"] = trainer.engine.precision.name  # what ran: the precision A/B may have switched it
-    summary.update(fault_report(trainer.faults(prep.plan.batch_size), prep))
-    summary["forecast"] = run.forecast
-    summary["resumed_clock"] = run.clock.report()  # the time trained before the stop, and the stop's length
+    summary = with_faults(run_summary(prep, result, run.run_dir, time.perf_counter() - run.started, torch),
+                          trainer.faults(prep.plan.batch_size), prep)
+    summary = replace(
+        summary, precision=trainer.engine.precision.name,  # what ran: the precision A/B may have switched it
+        forecast=ForecastFigures.from_json(run.forecast) if run.forecast is not None else None,
+        resumed_clock=run.clock.report(),  # the time trained before the stop, and the stop's length
+        plan_notes=tuple(plan_notes(prep)))  # every note of the opening, shown or not
     if run.budget is not None:
-        summary["time_budget"] = budget_report(run.budget, run.budget_source or "", summary.get("history") or [],
-                                               prep.plan.scaled_lr)
-    summary["plan_notes"] = plan_notes(prep)  # every note of the opening, shown or not
-    summary["verdict"] = final_verdict(prep, run.telemetry, summary.get("fit_s"))
+        summary = replace(summary, time_budget=budget_report(run.budget, run.budget_source or "", summary.history,
+                                                        prep.plan.scaled_lr))
+    summary = replace(summary, verdict=final_verdict(prep, run.telemetry, summary.fit_s))
     if prep.is_main:  # the weights as a user loads them: model.safetensors + model.json (export.py)
-        summary["model_files"] = write_model_files(prep, run.run_dir, summary)
+        summary = write_model_files(prep, run.run_dir, summary)
     if interrupted is not None:
-        summary.update(interrupted_report(interrupted, resume_cmd if profile.checkpoint.save_last else None,
-                                          trainer.last_good))
+        summary = with_stop(summary, interrupted, resume_cmd if profile.checkpoint.save_last else None,
+                            trainer.last_good)
     end = RunEnd(summary)
     if runlog is not None:
         RunLogListener(runlog).on_run_end(end)

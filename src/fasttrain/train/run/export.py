@@ -5,9 +5,11 @@ of them: where the weights are and what the run's checkpoint files weigh."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fasttrain.train.run.summary_record import RunSummary
 from fasttrain.train.state.checkpoint_policy import BEST_FILE, CheckpointPolicy
 from fasttrain.train.types import Prepared
 
@@ -20,7 +22,7 @@ def model_meta(prep: Prepared) -> dict[str, Any]:
     bundle, plan = prep.bundle, prep.plan
     meta = {"model": prep.model_name, "num_classes": bundle.num_classes, "class_names": list(bundle.class_names),
             "image_size": plan.image_size, "mean": list(bundle.norm[0]), "std": list(bundle.norm[1]),
-            "crop_pct": CROP_PCT, "channels_last": plan.channels_last, "init": init_record(prep),
+            "crop_pct": CROP_PCT, "channels_last": plan.channels_last, "init": init_record(prep).to_json(),
             "test_flip": prep.resolved.profile.augment.validates_mirrored}
     if ":" in prep.model_name:  # a module:callable builder: where its module was imported from, to rebuild it
         from fasttrain.models.registry import builder_folder
@@ -35,32 +37,33 @@ def checkpoint_policy(prep: Prepared, run_dir: Path) -> CheckpointPolicy:
                             model_meta=model_meta(prep))
 
 
-def write_model_files(prep: Prepared, run_dir: Path, summary: dict[str, Any]) -> str | None:
+def write_model_files(prep: Prepared, run_dir: Path, summary: RunSummary) -> RunSummary:
     """At the end: a folder of an earlier fasttrain that has best.pt settles it (_settle_best_pt); then the summary's
-    `checkpoint_best`, `checkpoint_last` and `checkpoint_bytes` (what is on disk, by file). ->
+    `checkpoint_best`, `checkpoint_last` and `checkpoint_bytes` (what is on disk, by file) and `model_files`:
     `.../model.safetensors + model.json (epoch N, the best)`, or None without model files. A failure to write is
-    said, never a failed run."""
+    said (in the summary's notes), never a failed run."""
     from fasttrain.models.saved import META_FILE, WEIGHTS_FILE
     from fasttrain.train.state.checkpoint_size import run_files
 
     best = run_dir / BEST_FILE
     if best.is_file():  # a folder of an earlier fasttrain
-        _settle_best_pt(prep, best, summary)
+        summary = _settle_best_pt(prep, best, summary)
     try:
         meta = json.loads((run_dir / META_FILE).read_text())
     except (OSError, ValueError):
         meta = {}
     kept_best = str(meta.get("from", "")).startswith("best") and (run_dir / WEIGHTS_FILE).is_file()
-    summary["checkpoint_best"] = str(best) if best.is_file() else str(run_dir / WEIGHTS_FILE) if kept_best else None
-    summary["checkpoint_last"] = str(run_dir / "last.pt") if (run_dir / "last.pt").is_file() else None
-    summary["checkpoint_bytes"] = run_files(run_dir)
+    summary = replace(summary,
+        checkpoint_best=str(best) if best.is_file() else str(run_dir / WEIGHTS_FILE) if kept_best else None,
+        checkpoint_last=str(run_dir / "last.pt") if (run_dir / "last.pt").is_file() else None,
+        checkpoint_bytes=run_files(run_dir))
     if not (run_dir / WEIGHTS_FILE).is_file():
-        return None
+        return replace(summary, model_files=None)
     which = "the best" if kept_best else "the last"
-    return f"{run_dir / WEIGHTS_FILE} + {META_FILE} (epoch {meta.get('epoch')}, {which})"
+    return replace(summary, model_files=f"{run_dir / WEIGHTS_FILE} + {META_FILE} (epoch {meta.get('epoch')}, {which})")
 
 
-def _settle_best_pt(prep: Prepared, best: Path, summary: dict[str, Any]) -> None:
+def _settle_best_pt(prep: Prepared, best: Path, summary: RunSummary) -> RunSummary:
     """An earlier fasttrain's best.pt (this one removes it whenever it writes the model files, so it is the newest
     best): the model files from it unless they hold its tensors already (a run stopped before its end wrote them),
     then best.pt removed: one copy of the best weights."""
@@ -82,5 +85,6 @@ def _settle_best_pt(prep: Prepared, best: Path, summary: dict[str, Any]) -> None
             write_text_atomic(best.parent / META_FILE, json.dumps({**meta, "from": "best epoch"}, indent=1) + "\n")
         best.unlink()
     except Exception as exc:
-        summary.setdefault("notes", []).append(f"the model files were not written ({type(exc).__name__}: {exc}); "
-                                               f"the weights are in {best}")
+        note = f"the model files were not written ({type(exc).__name__}: {exc}); the weights are in {best}"
+        return replace(summary, notes=(*summary.notes, note))
+    return summary

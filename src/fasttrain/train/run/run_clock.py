@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fasttrain.train.run.summary_parts import ResumedClock
 
 if TYPE_CHECKING:
     from fasttrain.train.state.run_state import Resume
@@ -31,13 +33,13 @@ class RunClock:
         """Seconds on the run's clock now."""
         return (time.time() if now is None else now) - self.origin
 
-    def report(self) -> dict[str, Any] | None:
+    def report(self) -> ResumedClock | None:
         """For summary.json (`resumed_clock`): the clock at the resume and now, the stop's length; None for a run
         that was not resumed."""
         if not self.before_s and self.stopped_s is None:
             return None
         stopped = round(self.stopped_s, 1) if self.stopped_s is not None else None
-        return {"before_s": round(self.before_s, 3), "run_s": round(self.now_s(), 3), "stopped_s": stopped}
+        return ResumedClock(before_s=round(self.before_s, 3), run_s=round(self.now_s(), 3), stopped_s=stopped)
 
 
 def resumed_clock(resume: Resume | None, launched_at: float) -> RunClock:
@@ -47,7 +49,7 @@ def resumed_clock(resume: Resume | None, launched_at: float) -> RunClock:
     extras = resume.state.extras
     before = extras.clock_s
     if before is None:  # written before the clock was kept: the last epoch row's own time
-        before = next((row.get("elapsed_s") for row in reversed(resume.state.fit.history)
-                       if isinstance(row.get("elapsed_s"), (int, float))), None)
+        before = next((row.elapsed_s for row in reversed(resume.state.fit.history) if row.elapsed_s is not None),
+                      None)
     stopped = max(0.0, launched_at - extras.saved_at) if extras.saved_at is not None else None
     return RunClock(launched_at, max(0.0, float(before or 0.0)), stopped)

@@ -16,6 +16,7 @@ Non-finite floats (a diverged loss) are written as null so every line is strict 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -31,8 +32,10 @@ from typing import Any
 from fasttrain.core.diskspace import disk_full, disk_write_error
 from fasttrain.core.errors import Problem, UserError
 from fasttrain.core.files import write_text_atomic
+from fasttrain.train.loop.epoch_row import EpochRow
 from fasttrain.train.run.lock import RunLock
 from fasttrain.train.run.log_trim import truncate_metrics
+from fasttrain.train.run.summary_record import RunSummary
 from fasttrain.train.run.writer_threads import quiet_writer_threads
 from fasttrain.train.state.run_state import Position
 
@@ -118,8 +121,9 @@ class RunLog:
         if resume_at is not None:
             self._purge_step = resume_at.step + 1
             self._guarded(METRICS_FILE, lambda: truncate_metrics(self.metrics_path, resume_at.epoch, resume_at.batch))
-        # Line-buffered: each record reaches the file as soon as it is written, so a crash loses nothing.
-        self._metrics = open(self.metrics_path, "a", buffering=1, encoding="utf-8")
+        # Line-buffered: each record reaches the file as soon as it is written, so a crash loses nothing. Open for
+        # the whole run (close() closes it), so no context manager.
+        self._metrics = open(self.metrics_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115  # see above
         self._metrics_ok = True
         self._metrics_size = self.metrics_path.stat().st_size
         self._tb_enabled = tensorboard
@@ -140,7 +144,8 @@ class RunLog:
         self.disk_errors.append(f"{name}: {cause}")
         then = "the run's result stands; its summary is only printed" if name == SUMMARY_FILE else \
             "the run goes on without it (checkpoints are still tried)"
-        print(f"fasttrain: warning: could not write {self.run_dir / name}: {cause}; {then}", file=sys.stderr, flush=True)
+        print(f"fasttrain: warning: could not write {self.run_dir / name}: {cause}; {then}", file=sys.stderr,
+              flush=True)
 
     def _guarded(self, name: str, write: Any) -> Any:
         """Run `write()`; a write the file system refused (disk_write_error) becomes a warning and None."""
@@ -161,10 +166,11 @@ class RunLog:
         comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
         return self._guarded(PROFILE_FILE, lambda: write_text_atomic(path, comment + text))
 
-    def write_summary(self, summary: dict[str, Any]) -> Path | None:
+    def write_summary(self, summary: RunSummary) -> Path | None:
         """None when the disk refused it (warned; the summary still reaches the display and --json)."""
         path = self.run_dir / SUMMARY_FILE
-        return self._guarded(SUMMARY_FILE, lambda: write_text_atomic(path, json.dumps(_clean(summary), indent=2,
+        data = summary.to_json()
+        return self._guarded(SUMMARY_FILE, lambda: write_text_atomic(path, json.dumps(_clean(data), indent=2,
                                                                                   sort_keys=True) + "\n"))
 
     # -- metrics -------------------------------------------------------------------------------
@@ -172,8 +178,8 @@ class RunLog:
         """One training step (the loop decides how often: every N steps)."""
         self._log("step", record)
 
-    def log_epoch(self, record: dict[str, Any]) -> None:
-        self._log("epoch", record)
+    def log_epoch(self, row: EpochRow) -> None:
+        self._log("epoch", row.to_json())
 
     def _log(self, kind: str, record: dict[str, Any]) -> None:
         if self._closed:
@@ -197,10 +203,9 @@ class RunLog:
             self._metrics_ok = False
             self._disk_warning(METRICS_FILE, exc)
             for cleanup in (self._metrics.close, lambda: os.truncate(self.metrics_path, self._metrics_size)):
-                try:  # close() drops what is left in the buffer (its flush fails again, the file is closed)
+                # close() drops what is left in the buffer (its flush fails again, the file is closed)
+                with contextlib.suppress(OSError):
                     cleanup()
-                except OSError:
-                    pass
 
     # -- TensorBoard, off the training thread -------------------------------------------------
     def _tb_put(self, kind: str, scalars: dict[str, float], step: int) -> None:

@@ -111,6 +111,7 @@ def step_trial(plan: Plan, model_factory: Callable[[], nn.Module], *, image_size
     def try_batch(batch: int) -> Trial:
         started = time.perf_counter()
         reason = ""
+        model: nn.Module | None = None
         try:
             model = model_factory()
             out = run_synthetic_steps(trial_plan(plan, batch), model, image_size=image_size, num_classes=num_classes,
@@ -128,7 +129,7 @@ def step_trial(plan: Plan, model_factory: Callable[[], nn.Module], *, image_size
         if plan.device == "cuda":  # a success frees its tensors by reference counting; only the allocator cache
             # needs emptying, and the peak counter restarting, so the next trial's peak is its own
             free_device_memory(plan.device, reset_peak_stats=True)
-        peak = out["peak_memory_bytes"] if plan.device == "cuda" else None
+        peak = int(out["peak_memory_bytes"]) if plan.device == "cuda" else None
         return Trial(batch, True, "", time.perf_counter() - started, peak, out["images_per_s"])
 
     return try_batch

@@ -86,21 +86,36 @@ def fit(plan: Plan, found: list[Limit], prefer: tuple[int, int] | None = None) -
     if prefer is not None and prefer[0] * prefer[1] == batch * plan.accumulation_steps \
             and all(lim.need(prefer[0]) <= lim.capacity for lim in found):
         return prefer[0], prefer[1], None
-    fitted = fit_micro_batch(batch, plan.accumulation_steps, lambda b: all(lim.need(b) <= lim.capacity for lim in found))
+    fitted = fit_micro_batch(
+        batch, plan.accumulation_steps, lambda b: all(lim.need(b) <= lim.capacity for lim in found)
+    )
     first = next((lim for lim in found if lim.need(batch) > lim.capacity), None)
     if fitted is None:
         worst = next(lim for lim in found if lim.need(1) > lim.capacity)
-        raise UserError([Problem("loader.batch_size", f"not even batch 1 fits in {fmt_bytes(worst.capacity)} of "
-                                 f"{worst.what} (needs ~{fmt_bytes(worst.need(1))}; batch {batch} ~"
-                                 f"{fmt_bytes(worst.need(batch))})", "a smaller model or --image-size, fewer "
-                                 "loader workers, or a machine with more memory", batch)])
+        raise UserError(
+            [
+                Problem(
+                    "loader.batch_size",
+                    f"not even batch 1 fits in {fmt_bytes(worst.capacity)} of "
+                    f"{worst.what} (needs ~{fmt_bytes(worst.need(1))}; batch {batch} ~"
+                    f"{fmt_bytes(worst.need(batch))})",
+                    "a smaller model or --image-size, fewer loader workers, or a machine with more memory",
+                    batch,
+                )
+            ]
+        )
     micro, accumulation = fitted
     if first is None:
         return micro, accumulation, None
-    return micro, accumulation, (
-        f"batch {batch} does not fit in {fmt_bytes(first.capacity)} of {first.what} (needs ~"
-        f"{fmt_bytes(first.need(batch))}): micro-batch {micro} x {accumulation} accumulation steps, "
-        f"effective batch {plan.effective_batch} and LR unchanged")
+    return (
+        micro,
+        accumulation,
+        (
+            f"batch {batch} does not fit in {fmt_bytes(first.capacity)} of {first.what} (needs ~"
+            f"{fmt_bytes(first.need(batch))}): micro-batch {micro} x {accumulation} accumulation steps, "
+            f"effective batch {plan.effective_batch} and LR unchanged"
+        ),
+    )
 
 
 def handed_split() -> tuple[int, int] | None:
@@ -112,8 +127,16 @@ def handed_split() -> tuple[int, int] | None:
     return None
 
 
-def check(plan: Plan, profile: Profile, report: HardwareReport, model: str, num_classes: int, *,
-          worker: bool = False, prefer: tuple[int, int] | None = None) -> tuple[int, int, str | None]:
+def check(
+    plan: Plan,
+    profile: Profile,
+    report: HardwareReport,
+    model: str,
+    num_classes: int,
+    *,
+    worker: bool = False,
+    prefer: tuple[int, int] | None = None,
+) -> tuple[int, int, str | None]:
     """The run's micro-batch on this machine -> (micro-batch, accumulation, note or None)."""
     handed = handed_split() if worker else None
     if handed is not None:
@@ -122,5 +145,6 @@ def check(plan: Plan, profile: Profile, report: HardwareReport, model: str, num_
     if counts is None:
         return plan.batch_size, plan.accumulation_steps, None
     from fasttrain.estimate import calibration
+
     found = limits(plan, profile, report, counts[0], counts[1], calibration.load()["memory"], worker=worker)
     return fit(plan, found, prefer)

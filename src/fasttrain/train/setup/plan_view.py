@@ -69,7 +69,8 @@ def classes_text(count: int, names: Sequence[str], width: int = 80) -> str:
     whole = f"{head}: " + ", ".join(short_name(n) for n in names[:width])  # more than `width` names never fit
     if len(names) <= width and len(whole) <= width:
         return whole
-    last, first = short_name(names[-1]), []
+    last = short_name(names[-1])
+    first: list[str] = []
     for name in names[:-1]:
         if len(f"{head}: " + ", ".join([*first, short_name(name)]) + f", ... {last}") > width:
             break
@@ -147,6 +148,13 @@ def _tuning_view(prep: Prepared) -> dict[str, Any]:
     return {**(findings or {}), "line": tuning_line(findings)}
 
 
+def _prefetch(p: dict[str, Any]) -> str:
+    """The loader's prefetch as the plan shows it: the factor, none without workers, else torch's default 2."""
+    if p["prefetch_factor"] is not None:
+        return str(p["prefetch_factor"])
+    return "none (no workers)" if not p["workers"] else "auto (2)"
+
+
 def _chosen(value: Any, requested: Any, reason: str) -> str:
     """`4 (as asked)`, `bf16-mixed (as asked; why)` when the plan kept it for a reason of its own, or
     `2 (asked 4: only 2 cores)` when the plan changed what the profile asked for."""
@@ -176,12 +184,15 @@ def plan_lines(view: dict[str, Any]) -> list[str]:
         f"LR           {lr}, schedule {view['schedule']}",
         *([f"recipe       {view['recipe']}"] if view.get("recipe") else []),
         f"workers      {_chosen(p['workers'], p['workers_requested'], p['workers_reason'])}, "
-        f"prefetch {p['prefetch_factor'] if p['prefetch_factor'] is not None else 'none (no workers)' if not p['workers'] else 'auto (2)'}"
+        f"prefetch {_prefetch(p)}"
         f", pin_memory={p['pin_memory']}",
         f"data         {d['spec']} ({d['kind']}): {d['train_size']:,} train / {d['val_size']:,} val, "
         f"{plural(d['num_classes'], 'class', 'classes')}, {p['image_size']} px",
-        *([f"classes      {classes_text(view['classes']['count'], view['classes']['names'], 80 - 13)}"]
-          if view.get("classes", {}).get("names") else []),
+        *(
+            [f"classes      {classes_text(view['classes']['count'], view['classes']['names'], 80 - 13)}"]
+            if view.get("classes", {}).get("names")
+            else []
+        ),
         f"iterations   {p['iterations_per_epoch']:,} per epoch x {plural(view['epochs'], 'epoch')}",
         f"model        {view['model']}",
         *([f"weights      {view['weights']}"] if view.get("weights") else []),

@@ -15,13 +15,18 @@ Handlers are only ever changed in the main thread.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 EXIT_SIGINT = 130
-SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+# What signal.signal() takes and returns: a handler, SIG_DFL / SIG_IGN, or None (set outside Python)
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+SIGNAL_NAMES: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 _DEFAULTS = ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler))
 
 
@@ -32,10 +37,8 @@ def _main_thread() -> bool:
 
 def stopped_before_training(signum: int, frame: FrameType | None) -> None:
     """The before-training handler: what was printed so far, one line, and the exit code of the signal."""
-    try:
+    with contextlib.suppress(Exception):
         sys.stdout.flush()  # may fail when interrupted mid-write
-    except Exception:
-        pass
     name = SIGNAL_NAMES.get(signum, str(signum))
     os.write(2, f"fasttrain: stopped by {name} before training started; nothing to save\n".encode())
     os._exit(EXIT_SIGINT if signum == signal.SIGINT else 128 + signum)  # 143: terminated, not a success
@@ -82,7 +85,7 @@ class GracefulStop:
     def __init__(self) -> None:
         self.requested: int | None = None
         self._owner = os.getpid()
-        self._previous: dict[int, object] = {}  # each signal's handler before this one
+        self._previous: dict[int, Handler] = {}  # each signal's handler before this one
 
     def __enter__(self) -> GracefulStop:
         if _main_thread():

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasttrain.train.loop.epoch_row import EpochRow
+
 # The fields of TrainArgs a checkpoint keeps (its "args" entry), so `--resume` without them repeats the run.
 RESUMED_FIELDS = ("profile", "model", "data", "epochs", "sets", "pretrained", "weights", "seed", "image_size",
                   "num_classes", "save_every", "strict_data", "on_nan", "save_every_minutes", "batch_size",
@@ -58,36 +60,36 @@ class Position:
 class FitProgress:
     """What the epochs so far found: one row per epoch (oldest first), the best val acc@1 and since when."""
 
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[EpochRow] = field(default_factory=list)
     best_acc1: float | None = None
     best_epoch: int | None = None      # 1-based epoch of best_acc1
     stale: int = 0                     # epochs since the last new best (patience counts these)
 
-    def add_epoch(self, row: dict[str, Any]) -> bool:
+    def add_epoch(self, row: EpochRow) -> bool:
         """Record an epoch's row (its "epoch" counts from 1); -> whether its val acc@1 is a new best. Epochs
         without one count as stale, as epochs that did not improve do."""
         self.history.append(row)
-        acc = row.get("val_acc1")
+        acc = row.val_acc1
         if acc is not None and (self.best_acc1 is None or acc > self.best_acc1):
-            self.best_acc1, self.best_epoch, self.stale = acc, int(row["epoch"]), 0
+            self.best_acc1, self.best_epoch, self.stale = acc, row.epoch, 0
             return True
         self.stale += 1
         return False
 
     def out_of_patience(self, patience: int | None) -> bool:
         """Early stopping: the last epoch validated and `patience` epochs in a row brought no better acc@1."""
-        last = self.history[-1] if self.history else {}
-        return patience is not None and last.get("val_acc1") is not None and self.stale >= patience
+        last = self.history[-1] if self.history else EpochRow()
+        return patience is not None and last.val_acc1 is not None and self.stale >= patience
 
     def to_payload(self) -> dict[str, Any]:
         return {"best_acc1": self.best_acc1, "best_epoch": self.best_epoch, "stale": self.stale,
-                "history": list(self.history)}
+                "history": [row.to_json() for row in self.history]}
 
     @classmethod
     def from_payload(cls, fit: Mapping[str, Any] | None) -> FitProgress:
         fit = fit or {}
-        return cls(list(fit.get("history") or []), fit.get("best_acc1"), fit.get("best_epoch"),
-                   int(fit.get("stale") or 0))
+        return cls([EpochRow.from_json(row) for row in fit.get("history") or []], fit.get("best_acc1"),
+                   fit.get("best_epoch"), int(fit.get("stale") or 0))
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,14 @@ def tunable(resolved: Resolved) -> set[str]:
 
 
 def trial_key(prep: Prepared) -> TrialKey:
-    return TrialKey(machine=machine_id(prep.report), model=prep.model_name,
-                    data_kind="images-in-ram" if prep.bundle.decoded_in_ram else prep.bundle.kind,  # no workers: another split
-                    image_size=prep.plan.image_size, batch=prep.plan.batch_size,
-                    torch=prep.report.torch.version or "unknown")
+    return TrialKey(
+        machine=machine_id(prep.report),
+        model=prep.model_name,
+        data_kind="images-in-ram" if prep.bundle.decoded_in_ram else prep.bundle.kind,  # no workers: another split
+        image_size=prep.plan.image_size,
+        batch=prep.plan.batch_size,
+        torch=prep.report.torch.version or "unknown",
+    )
 
 
 def apply_choice(plan: Plan, choice: dict[str, Any], allowed: set[str], profile: Profile, why: str) -> Plan:
@@ -46,9 +50,11 @@ def apply_choice(plan: Plan, choice: dict[str, Any], allowed: set[str], profile:
         return dataclasses.replace(plan, notes=[*plan.notes, f"tuning: {why}; the plan's settings were fastest"])
     if "workers" in changes:
         workers = changes["workers"]
-        changes.update(workers_reason="measured by the tuning trial",
-                       prefetch_factor=profile.loader.prefetch_factor if workers else None,
-                       persistent_workers=profile.loader.persistent_workers and workers > 0)
+        changes.update(
+            workers_reason="measured by the tuning trial",
+            prefetch_factor=profile.loader.prefetch_factor if workers else None,
+            persistent_workers=profile.loader.persistent_workers and workers > 0,
+        )
     if "compile" in changes:
         changes["compile_reason"] = "measured by the tuning trial"
     said = ", ".join(f"{k} {_shown(getattr(plan, k))} -> {_shown(v)}" for k, v in changes.items() if k in CHOICE_FIELDS)
@@ -68,8 +74,13 @@ def apply_cached(prep: Prepared) -> tuple[Plan, dict[str, Any] | None]:
     if not entry or not isinstance(entry.get("choice"), dict):
         return prep.plan, None
     when = (entry.get("trial") or {}).get("date", "an earlier run")
-    plan = apply_choice(prep.plan, entry["choice"], tunable(prep.resolved), prep.resolved.profile,
-                        f"measured on this machine ({when}, cached)")
+    plan = apply_choice(
+        prep.plan,
+        entry["choice"],
+        tunable(prep.resolved),
+        prep.resolved.profile,
+        f"measured on this machine ({when}, cached)",
+    )
     return plan, entry
 
 
@@ -79,8 +90,11 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
         return "not measured yet: the run times the candidate settings first (a few % of the run, capped)"
     if isinstance(findings.get("skipped"), str):  # no trial ran; a trial's own "skipped" is a list, said below
         return f"skipped: {findings['skipped']}"
-    skipped = "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", [])) \
-        if findings.get("skipped") else ""
+    skipped = (
+        "; skipped " + ", ".join(s.split(":")[0] for s in findings.get("skipped", []))
+        if findings.get("skipped")
+        else ""
+    )
     spent = findings.get("spent_s", (findings.get("trial") or {}).get("spent_s"))
     when = findings.get("date", (findings.get("trial") or {}).get("date"))
     if spent is None:  # no trial: a choice the first steps' A/Bs of an earlier run measured (threads, precision)
@@ -89,8 +103,9 @@ def tuning_line(findings: dict[str, Any] | None) -> str:
     else:
         head = f"measured {when or '?'} in {spent} s"
     cached = " (cached: no trial this run)" if findings.get("cached") else ""
-    return f"{head}{cached}: " + ", ".join(
-        f"{k}={_shown(v)}" for k, v in (findings.get("choice") or {}).items()) + skipped
+    return (
+        f"{head}{cached}: " + ", ".join(f"{k}={_shown(v)}" for k, v in (findings.get("choice") or {}).items()) + skipped
+    )
 
 
 def record_first_steps(prep: Prepared, measurement: Measurement, **choice: Any) -> None:

@@ -52,7 +52,7 @@ def hook(prep: Prepared, tuning: dict[str, Any], say: Callable[[str], None]) -> 
         return None
 
     def done(best: int, ratio: float, samples: dict[int, list[float]]) -> None:
-        other = [a for a in arms if a != best][0]
+        other = next(a for a in arms if a != best)
         say(f"tuning: {best} compute threads with {plan.workers} loader worker(s): {ratio:.2f}x the speed of "
             f"{other} over the first steps (median of {len(samples[best])} steps each)")
         record_first_steps(prep, Measurement("threads", best, round(ratio, 3), "train (first steps)",

@@ -185,7 +185,8 @@ def run_trial(prep: Prepared, plan: Plan, epochs: int) -> tuple[Plan, dict[str, 
         if not decide.affordable(trial.spent, trial.cost(), trial.budget):
             trial.skipped.append(f"{name}: over the trial budget")
             continue
-        candidate = dataclasses.replace(plan, **{name: value})
+        change: dict[str, Any] = {name: value}  # _flips pairs each Plan field with a value of its type
+        candidate = dataclasses.replace(plan, **change)
         step_s = next(iter(trial.time_plan(candidate, f"{name}={value}").values()))
         baseline = getattr(plan, name)
         found.append(Measurement(name, value, round(current / step_s, 3), "train trial", today,
