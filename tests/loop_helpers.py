@@ -93,3 +93,11 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def tiny_run_folder(root: Path, profile: str | None = None) -> Path:
+    """A working folder for real CLI runs: data/ (write_image_folder: 3 classes x 8 train images, 6 batches of 4 an
+    epoch) and tiny.yaml (DETERMINISTIC_PROFILE unless `profile` is given). -> root."""
+    write_image_folder(root / "data")
+    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE if profile is None else profile)
+    return root

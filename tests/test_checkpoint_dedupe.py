@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, tiny_mlp, write_image_folder
+from loop_helpers import tiny_mlp, tiny_run_folder
 
 from fasttrain.models.saved import WEIGHTS_FILE, is_reference
 from fasttrain.train.state import checkpoint as ck
@@ -37,9 +37,7 @@ def _train(cwd: Path, *extra: str) -> str:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """runs/one: a 1-epoch run (its last epoch is its best: its last.pt is written right after the best weights)."""
-    root = tmp_path_factory.mktemp("dedupe")
-    write_image_folder(root / "data")
-    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
+    root = tiny_run_folder(tmp_path_factory.mktemp("dedupe"))
     _train(root, "--epochs", "1", "--run-name", "one")
     return root
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import child_env, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+from loop_helpers import tiny_run_folder
 
 from fasttrain.core.errors import UserError
 from fasttrain.train.run.lock import RunLock
@@ -35,10 +35,7 @@ BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--sa
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ckfaults")
-    write_image_folder(root / "data")  # 24 train images, batch 4: 6 optimizer steps per epoch, 2 epochs
-    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
-    return root
+    return tiny_run_folder(tmp_path_factory.mktemp("ckfaults"))  # 6 optimizer steps per epoch, 2 epochs
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import child_env, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
+from loop_helpers import cpu_plan, make_trainer, tiny_mlp, tiny_run_folder
 
 from fasttrain.train.state import checkpoint as ck
 
@@ -111,9 +111,7 @@ def test_stop_vote_takes_the_largest_signal_of_the_previous_post(one_rank) -> No
 # -- two processes ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ddp")
-    write_image_folder(root / "data")
-    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
+    root = tiny_run_folder(tmp_path_factory.mktemp("ddp"))
     (root / "nobn.py").write_text(NOBN)
     return root
 

@@ -211,14 +211,13 @@ def prepare(cmd: DocCommand, words: list[str], cwd: Path, fx: Fixtures, written:
             word = "127.0.0.1:29400"
         elif prev == "--node-rank" and word == "R":
             word = "0"
-        elif prev == "--weights" and word.startswith("runs/") and not (cwd / word).exists():
-            shutil.copytree(fx.base_run(), cwd / word)  # a run folder's model.safetensors
         elif prev == "--resume":
             target = cwd / ("runs/base" if word == "auto" else word)
             if not target.exists():
                 shutil.copytree(fx.base_run(), target)
-        elif subcommand(words) in ("predict", "report") and word.startswith("runs/") and not (cwd / word).exists():
-            shutil.copytree(fx.base_run(), cwd / word)  # a stopped run also writes its model files
+        elif (prev == "--weights" or subcommand(words) in ("predict", "report")) and word.startswith("runs/") \
+                and not (cwd / word).exists():
+            shutil.copytree(fx.base_run(), cwd / word)  # its model files (a stopped run also writes them)
         elif word.startswith("runs/bench-speedups") and not (cwd / word).exists():
             shutil.copytree(fx.speedups_result(), cwd / word)
         elif (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_error_line, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+from loop_helpers import tiny_run_folder
 
 ENV = {"OMP_NUM_THREADS": "1"}
 BASE = ("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--no-tune")
@@ -19,10 +19,7 @@ BASE = ("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cn
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("nolast")
-    write_image_folder(root / "data")
-    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
-    return root
+    return tiny_run_folder(tmp_path_factory.mktemp("nolast"))
 
 
 def test_the_plan_says_the_run_cannot_be_resumed(work: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:

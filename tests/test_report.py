@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_error_line, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, tiny_run_folder, write_image_folder
 
 ENV = {"OMP_NUM_THREADS": "1"}
 BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--no-tune")
@@ -39,9 +39,7 @@ def _runs_draw_their_report(monkeypatch: pytest.MonkeyPatch) -> None:
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """runs/one (1 epoch), runs/stopped (SIGTERM in epoch 2: a copy of the folder at the stop), runs/cut (the same
     run stopped, then resumed to its end)."""
-    root = tmp_path_factory.mktemp("report")
-    write_image_folder(root / "data")  # 3 classes, 8 train and 4 val images each: 6 steps of 4 an epoch
-    (root / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
+    root = tiny_run_folder(tmp_path_factory.mktemp("report"))  # 6 steps of 4 an epoch
     _train(root, *BASE, "--epochs", "1", "--run-name", "one")
     cut = _train(root, *BASE, "--epochs", "2", "--run-name", "cut", env={"FASTTRAIN_TEST_SIGNAL_AT_STEP": "8"})
     assert "stopped by SIGTERM after optimizer step 8 (epoch 2, batch 2)" in cut.stderr

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import REPO
 from image_tree import write_corrupt
-from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, cpu_plan, make_trainer, tiny_mlp, tiny_run_folder
 
 from fasttrain.train.loop.events import Collaborators
 from fasttrain.train.loop.trainer import Trainer
@@ -26,10 +26,7 @@ assert "optimizer: sgd" in PROFILE
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("faults")
-    write_image_folder(root / "data")  # 3 classes x 8 train images: 6 batches of 4 per epoch
-    (root / "tiny.yaml").write_text(PROFILE)
-    return root
+    return tiny_run_folder(tmp_path_factory.mktemp("faults"), PROFILE)  # 6 batches of 4 per epoch
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, child_env, run_subprocess
-from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
+from loop_helpers import DETERMINISTIC_PROFILE, tiny_run_folder
 
 from fasttrain.train.state import checkpoint as ck
 from fasttrain.train.state import checkpoint_policy as policies
@@ -33,10 +33,7 @@ BASE = ("--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--sa
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("resume")
-    write_image_folder(root / "data")
-    (root / "tiny.yaml").write_text(PROFILE)
-    return root
+    return tiny_run_folder(tmp_path_factory.mktemp("resume"), PROFILE)
 
 
 def _train(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
