@@ -79,6 +79,8 @@ class SpeedSpec(_Section):
     cudnn_benchmark: bool = False
     activation_checkpointing: bool = False
     fused_optimizer: bool = True
+    follow_free_cores: bool = Field(True, description="on the CPU, use fewer compute threads while other processes "
+                                    "take cores and take them back when they stop (false: keep the plan's threads)")
 
 
 class OptimSpec(_Section):

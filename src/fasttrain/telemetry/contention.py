@@ -103,6 +103,9 @@ def busy_text(snapshot: dict[str, Any], cores: int | None, planned_cores: float 
                 f"; this run got {run:.1f} of the {planned_cores:g} cores it planned for, about {slower:.1f}x "
                 "slower than alone or more (threads that wait on each other lose more)"
             )
+        threads = snapshot.get("cpu_threads")   # thread_follow.py's: what the run uses now
+        if threads is not None:
+            text += f"; computing on {threads} thread{'s' if threads != 1 else ''} meanwhile"
         parts.append(text)
     gpu_others = snapshot.get("gpu_other_processes")
     if gpu_others:

@@ -139,6 +139,17 @@ class Telemetry:
                     self._ep_power_sum += power
                     self._ep_power_n += 1
 
+    def reading(self, key: str) -> Any:
+        """The latest background sample's `key` (e.g. "cpu_others_cores"), None before it is measured: one dict
+        read, cheap enough between steps."""
+        with self._lock:
+            return self._samples.get(key)
+
+    def publish(self, key: str, value: Any) -> None:
+        """A figure the run decided (the compute threads in use) shown beside the samples in snapshot()."""
+        with self._lock:
+            self._samples[key] = value
+
     # -- the training thread's call ------------------------------------------------------------
     def record(self, rec: StepRecord) -> None:
         """O(1): store one batch's timings in the ring buffer and update the running sums."""

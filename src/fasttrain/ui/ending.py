@@ -46,6 +46,10 @@ def _problems(s: RunSummary) -> str | None:
         found.append(f"{len(s.oom_backoffs)} out-of-memory back-off(s), micro-batch {s.micro_batch}")
     if s.checkpoint_errors:
         found.append(f"{len(s.checkpoint_errors)} checkpoint(s) not written (summary.json: checkpoint_errors)")
+    if s.thread_changes:  # a busy machine: the images/s are not this machine's alone
+        fewest = min(int(c["threads"]) for c in s.thread_changes)
+        found.append(f"other processes took cores: compute threads down to {fewest} at times "
+                     "(summary.json: thread_changes)")
     return "; ".join(found) or None
 
 

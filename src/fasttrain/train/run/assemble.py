@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fasttrain.train.run.opening import TrainLoader
     from fasttrain.train.run.runlog import RunLog
     from fasttrain.train.signals.lifecycle import GracefulStop
+    from fasttrain.train.trial.thread_follow import FollowFreeCores
 
 BUILT_IN_DATA = ("shapes", "synthetic")   # --data names that are not folders
 
@@ -57,6 +58,7 @@ class RunParts:
     budget: TimeBudget | None = None    # --time-budget, --deadline or --max-cost
     budget_source: str | None = None    # which of them, in words
     first_step_s: float | None = None   # the forecast's seconds per loader batch (a budget's first plan)
+    threads: FollowFreeCores | None = None  # compute threads that follow the free cores (set by make_trainer)
     saved: RunExtras = field(init=False)  # what every checkpoint repeats: plan, arguments, profile
 
     def __post_init__(self) -> None:
@@ -129,14 +131,17 @@ def make_trainer(run: RunParts, model: torch.nn.Module, listener: TrainListener,
 
 def _step_abs(run: RunParts, engine: StepEngine, listener: TrainListener,
               steps_per_epoch: int) -> Callable[[int], None] | None:
-    """The A/Bs the run's first steps make (compute threads, CPU precision), each only where wanted; none under DDP
-    (the ranks would each pick their own)."""
-    from fasttrain.train.trial import precision_ab, thread_ab
+    """The A/Bs the run's first steps make (compute threads, CPU precision), each only where wanted, then the
+    compute threads that follow the free cores (run.threads); none under DDP (the ranks would each pick their
+    own, and give way to each other)."""
+    from fasttrain.train.trial import precision_ab, thread_ab, thread_follow
     from fasttrain.train.trial.step_ab import in_turn
 
     if run.dist is not None:
         return None
     planned = None if run.budget is not None else run.prep.resolved.profile.optim.epochs * steps_per_epoch
+    run.threads = thread_follow.hook(run.prep, run.telemetry, listener.on_message)
     return in_turn(thread_ab.hook(run.prep, run.tuning, listener.on_message),
                    precision_ab.hook(run.prep, run.tuning, engine.precision, listener.on_message,
-                                     planned_steps=planned))
+                                     planned_steps=planned),
+                   run.threads)

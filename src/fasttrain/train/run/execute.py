@@ -172,7 +172,8 @@ def _train(run: RunParts, model: torch.nn.Module, listener: TrainListener) -> Ru
         summary, precision=trainer.engine.precision.name,  # what ran: the precision A/B may have switched it
         forecast=ForecastFigures.from_json(run.forecast) if run.forecast is not None else None,
         resumed_clock=run.clock.report(),  # the time trained before the stop, and the stop's length
-        plan_notes=tuple(plan_notes(prep)))  # every note of the opening, shown or not
+        plan_notes=tuple(plan_notes(prep)),  # every note of the opening, shown or not
+        thread_changes=tuple(run.threads.changes) if run.threads is not None else ())
     if run.budget is not None:
         summary = replace(summary, time_budget=budget_report(run.budget, run.budget_source or "", summary.history,
                                                         prep.plan.scaled_lr))

@@ -76,6 +76,8 @@ class RunSummary:
     bad_files: int = 0
     bad_file_paths: tuple[str, ...] = ()   # the first 20
     oom_backoffs: tuple[Mapping[str, Any], ...] = ()
+    # Compute threads given up to (and taken back from) other processes: elapsed_s, batch, threads, others_cores
+    thread_changes: tuple[Mapping[str, Any], ...] = ()
     micro_batch: int | None = None
     accumulation_steps: int = 1
     effective_batch: int = 0

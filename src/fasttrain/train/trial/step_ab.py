@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fasttrain.tuning import decide
 
@@ -49,10 +49,19 @@ class StepAB:
         self.started = now
 
 
-class InTurn:
-    """Several step A/Bs one after another: each starts at the step after the one before it is done."""
+class StepHook(Protocol):
+    """What LoopOptions.before_step calls with the batch index; `done`: it has nothing more to do."""
 
-    def __init__(self, hooks: list[StepAB]):
+    done: bool
+
+    def __call__(self, batch_index: int) -> None: ...
+
+
+class InTurn:
+    """Several step hooks one after another: each starts at the step after the one before it is done (a hook that
+    is never done, thread_follow.py's, comes last)."""
+
+    def __init__(self, hooks: list[StepHook]):
         self.hooks = hooks
 
     @property
@@ -67,8 +76,8 @@ class InTurn:
                     return  # it timed this step; the next A/B waits
 
 
-def in_turn(*hooks: StepAB | None) -> Callable[[int], None] | None:
-    """The A/Bs that are wanted (None: not wanted), run in turn; None when there is none."""
+def in_turn(*hooks: StepHook | None) -> Callable[[int], None] | None:
+    """The hooks that are wanted (None: not wanted), run in turn; None when there is none."""
     wanted = [h for h in hooks if h is not None]
     if not wanted:
         return None
