@@ -111,7 +111,7 @@ def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(
     view = json.loads(res.out)
     assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
     assert view["recipe"].endswith(
-        "no flips, validation as is, batch norms re-estimated on 256 training images before it"
+        "no flips, validation as is (whole image), batch norms re-estimated on 256 training images before it"
     )  # no mirrored validation either
     mine = cli("train", "--data", str(handed), "--model", "tiny_cnn", "--dry-run", "--set", "augment.hflip=0.5")
     assert mine.code == 0 and "augment.hflip=0.5 (yours) mirrors images whose classes look handed" in mine.out
@@ -119,7 +119,8 @@ def test_train_turns_a_presets_flips_off_for_handed_data_and_says_so(
     assert plain.code == 0 and "flips off" not in plain.out and "look handed" not in plain.out
     recipe = next(line for line in plain.out.splitlines() if line.startswith("recipe "))
     assert "label smoothing 0.1" in recipe and recipe.endswith(
-        "flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it"
+        "flips 0.5, validation with mirror images (whole image), batch norms re-estimated on 256 training images "
+        "before it"
     )
 
 
@@ -189,7 +190,7 @@ def test_a_prepared_set_gets_the_same_checks_from_its_shards(
     view = json.loads(res.out)
     assert any(n.startswith("augment: flips off, the classes look handed") for n in view["notes"])
     assert view["recipe"].endswith(
-        "no flips, validation as is, batch norms re-estimated on 256 training images before it"
+        "no flips, validation as is (whole image), batch norms re-estimated on 256 training images before it"
     )
     # and it trains so: no flip left after the crop (torchvision refused an empty Compose on the shard path)
     run = cli(
@@ -228,7 +229,8 @@ def test_a_prepared_set_gets_the_same_checks_from_its_shards(
     kept = cli("train", "--data", str(tmp_path / "symmetric-shards"), "--model", "tiny_cnn", "--dry-run")
     assert kept.code == 0 and "look handed" not in kept.out
     assert next(line for line in kept.out.splitlines() if line.startswith("recipe ")).endswith(
-        "flips 0.5, validation with mirror images, batch norms re-estimated on 256 training images before it"
+        "flips 0.5, validation with mirror images (whole image), batch norms re-estimated on 256 training images "
+        "before it"
     )
     for tar in shards.glob("train-*.tar"):
         tar.write_bytes(b"\0" * 10 + b"not a tar" * 100)

@@ -2,8 +2,9 @@
 command reads the data (`train` before it plans, `estimate --data` before it forecasts): flips
 (datasets/flip_check.py) and the crop's smallest area (datasets/crop_check.py), both measured on one sample of
 thumbnails. A preset's flips are turned off for data whose classes have a handedness (digits, letters), a
-preset's crop made gentler where its crops cut the class away (small images the class fills); what the user set
-stays, with a warning. The same sample's sizes say when the plan upscales small images (datasets/upscale_check.py)."""
+preset's crop made gentler where its crops cut the class away (small images the class fills), and small images
+validated whole (datasets/val_crop.py); what the user set stays, with a warning. The same sample's sizes say
+when the plan upscales small images (datasets/upscale_check.py)."""
 from __future__ import annotations
 
 import io
@@ -28,6 +29,7 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
     from fasttrain.datasets.crop_check import crop_test
     from fasttrain.datasets.flip_check import mirror_test, shrunk
     from fasttrain.datasets.upscale_check import upscale_note
+    from fasttrain.datasets.val_crop import WHOLE_IMAGE, whole_image_note
 
     augment = resolved.profile.augment
     classes, sample = _sample(folder, seed, resolved.profile.data)
@@ -58,6 +60,10 @@ def check_augment(folder: Path, resolved: Resolved, seed: int) -> tuple[Resolved
             notes.append(f"augment: crops of at least {safe:.0%} of the area (not {low:.0%}): the class fills the "
                          f"image ({crops.words(low)}); --set augment.random_resized_crop_scale=[{low:g},{high:g}] "
                          "to keep the preset's")
+    whole = whole_image_note(sample.sides, augment.val_crop_pct)
+    if whole is not None and not resolved.user_set("augment.val_crop_pct"):
+        flags["augment.val_crop_pct"] = ("small images", WHOLE_IMAGE)
+        notes.append(whole)
     return (resolved.with_flags(flags) if flags else resolved), notes
 
 

@@ -154,7 +154,7 @@ def _image_bundle(samples: tuple[list[str], Samples, Samples], source: str, imag
         # JPEG folders take the fast path (libjpeg-turbo, reduced-size decoding, uint8 augmentation); others PIL.
         files = FastImageFiles if mostly_jpeg(train_samples) else ImageFiles
         train = files(train_samples, train_transform(augment, image_size, norm))
-        val = files(val_samples, val_transform(image_size, norm=norm))
+        val = files(val_samples, val_transform(image_size, augment.val_crop_pct, norm=norm))
     return DataBundle(train=train, val=val, num_classes=len(class_names), class_names=class_names, kind="images",
                       source=source, train_size=len(train), val_size=len(val), strict=strict, in_memory=in_memory,
                       input_note=note, norm=norm)

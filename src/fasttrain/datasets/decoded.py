@@ -26,7 +26,7 @@ from fasttrain.core.errors import UserError
 from fasttrain.datasets.decoded_images import DecodedImages
 from fasttrain.datasets.fast_decode import file_errors
 from fasttrain.datasets.pixel_cache import CACHE_SUBDIR, cache_key, load_pixels
-from fasttrain.datasets.transforms import IMAGENET, Norm
+from fasttrain.datasets.transforms import CROP_PCT, IMAGENET, Norm
 from fasttrain.hardware.report import HardwareReport
 from fasttrain.profiles.schema import AugmentSpec, Profile
 
@@ -120,11 +120,12 @@ def read_sizes(samples: list[tuple[str, int]], image_size: int, budget: int) -> 
 
 
 def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: AugmentSpec | None, ram_bytes: int,
-                 budget: DecodeBudget, norm: Norm = IMAGENET) -> DecodedImages | str:
-    """The files as a DecodedImages (their saved pixels when the cache has them), or why they do not fit."""
+                 budget: DecodeBudget, norm: Norm = IMAGENET, crop_pct: float = CROP_PCT) -> DecodedImages | str:
+    """The files as a DecodedImages (their saved pixels when the cache has them), or why they do not fit.
+    `crop_pct`: validation's (augment None) centre crop."""
     key = cache_key(samples) if budget.cache_dir is not None else None
     if key and augment is None:  # validation keeps its pixels at the crop (DecodedImages): their own file
-        key = f"{key}-val{image_size}"
+        key = f"{key}-val{image_size}" + (f"-crop{crop_pct:g}" if crop_pct != CROP_PCT else "")
     cache_file = budget.cache_dir / CACHE_SUBDIR / f"{key}.npz" if budget.cache_dir is not None and key else None
     saved = load_pixels(cache_file, len(samples)) if cache_file is not None else None
     if saved is not None and augment is None and tuple(saved[0].shape[2:]) != (image_size, image_size):
@@ -135,12 +136,13 @@ def open_decoded(samples: list[tuple[str, int]], image_size: int, augment: Augme
         if why is not None:
             return why
         return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, pixels=pixels,
-                             norm=norm)
+                             norm=norm, crop_pct=crop_pct)
     scanned = read_sizes(samples, image_size, ram_bytes)
     if isinstance(scanned, str):
         return scanned
     sizes, bad = scanned
-    return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, norm=norm)
+    return DecodedImages(samples, sizes, bad, image_size, augment, cache_file, budget.threads, norm=norm,
+                         crop_pct=crop_pct)
 
 
 def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], image_size: int, augment: AugmentSpec,
@@ -152,7 +154,8 @@ def decode_splits(train: list[tuple[str, int]], val: list[tuple[str, int]], imag
     train_set = open_decoded(train, image_size, augment, budget.ram_bytes, budget, norm)
     if isinstance(train_set, str):
         return train_set
-    val_set = open_decoded(val, image_size, None, budget.ram_bytes - train_set.nbytes, budget, norm)
+    val_set = open_decoded(val, image_size, None, budget.ram_bytes - train_set.nbytes, budget, norm,
+                           crop_pct=augment.val_crop_pct)
     if isinstance(val_set, str):
         return val_set
     from fasttrain.core.format import fmt_bytes

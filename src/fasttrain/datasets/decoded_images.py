@@ -43,7 +43,7 @@ class DecodedImages:
 
     def __init__(self, samples: list[tuple[str, int]], sizes: Tensor, bad: dict[int, str], image_size: int,
                  augment: AugmentSpec | None, cache_file: Path | None = None, threads: int = 1,
-                 pixels: Tensor | None = None, norm: Norm = IMAGENET):
+                 pixels: Tensor | None = None, norm: Norm = IMAGENET, crop_pct: float = CROP_PCT):
         """`pixels`: a saved set (load_pixels), every image already decoded; None: decode on first use.
         `norm`: the run's (mean, std), applied to each batch (the pixels are kept as uint8)."""
         import torch
@@ -53,6 +53,7 @@ class DecodedImages:
         self.image_size = image_size
         self.augment = augment
         self.norm = norm
+        self.crop_pct = crop_pct   # validation's centre crop (augment None)
         self.cache_file = cache_file
         self.threads = max(1, threads)
         self.sizes = sizes
@@ -123,7 +124,7 @@ class DecodedImages:
             with open(path, "rb") as f:
                 data = f.read()
             if self.augment is None:
-                self.pixels[i] = val_pixels(data, self.image_size, CROP_PCT)
+                self.pixels[i] = val_pixels(data, self.image_size, self.crop_pct)
                 self.ready[i] = True
                 return
             tensor, _ = decode(data)

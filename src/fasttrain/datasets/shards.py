@@ -129,7 +129,8 @@ def shard_bundle(root: Path, source: str, image_size: int, augment: AugmentSpec,
     classes = manifest["classes"]
     try:
         train = ShardImages(root, manifest["splits"]["train"]["shards"], train_transform(augment, image_size, norm))
-        val = ShardImages(root, manifest["splits"]["val"]["shards"], val_transform(image_size, norm=norm))
+        val = ShardImages(root, manifest["splits"]["val"]["shards"],
+                          val_transform(image_size, augment.val_crop_pct, norm=norm))
     except (tarfile.TarError, OSError, ValueError, KeyError) as exc:  # a shard cut short or overwritten
         first = (str(exc).splitlines() or [""])[0]
         raise UserError([Problem("--data", f"{root}: a shard cannot be read ({type(exc).__name__}: {first})",

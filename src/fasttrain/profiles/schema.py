@@ -121,6 +121,9 @@ class AugmentSpec(_Section):
     rotation_degrees: float = Field(0.0, ge=0, le=180)
     translate: float = Field(0.0, ge=0, lt=1, description="fraction of the image")
     random_erasing: float = Field(0.0, ge=0, le=1, description="probability")
+    val_crop_pct: float = Field(0.875, gt=0, le=1, description="validation and prediction resize to image_size / "
+                                "val_crop_pct and centre-crop image_size (timm's 0.875); 1.0: the whole image (what "
+                                "the augment check picks for images of at most 64 px)")
 
     @property
     def validates_mirrored(self) -> bool:

@@ -16,14 +16,13 @@ from fasttrain.train.types import Prepared
 
 def model_meta(prep: Prepared) -> dict[str, Any]:
     """model.json's fields but those of the epoch the weights come from (`from`, `epoch`, `val_acc1`)."""
-    from fasttrain.datasets.transforms import CROP_PCT
     from fasttrain.train.run.summary import init_record
 
-    bundle, plan = prep.bundle, prep.plan
+    bundle, plan, augment = prep.bundle, prep.plan, prep.resolved.profile.augment
     meta = {"model": prep.model_name, "num_classes": bundle.num_classes, "class_names": list(bundle.class_names),
             "image_size": plan.image_size, "mean": list(bundle.norm[0]), "std": list(bundle.norm[1]),
-            "crop_pct": CROP_PCT, "channels_last": plan.channels_last, "init": init_record(prep).to_json(),
-            "test_flip": prep.resolved.profile.augment.validates_mirrored}
+            "crop_pct": augment.val_crop_pct, "channels_last": plan.channels_last, "init": init_record(prep).to_json(),
+            "test_flip": augment.validates_mirrored}
     if ":" in prep.model_name:  # a module:callable builder: where its module was imported from, to rebuild it
         from fasttrain.models.registry import builder_folder
         meta["module_dir"] = builder_folder(prep.model_name)

@@ -89,7 +89,8 @@ def recipe_words(prep: Prepared) -> str:
     parts = [f"warm-up {optim.warmup_epochs:g} epoch", decay,
              f"label smoothing {optim.label_smoothing:g}", f"EMA {optim.ema_decay:g}" if optim.ema_decay else "no EMA",
              f"crop {low:g}-{high:g} of the area", f"flips {augment.hflip:g}" if augment.hflip > 0 else "no flips",
-             "validation with mirror images" if augment.validates_mirrored else "validation as is",
+             ("validation with mirror images" if augment.validates_mirrored else "validation as is")
+             + (" (whole image)" if augment.val_crop_pct >= 1 else f" (centre crop {augment.val_crop_pct:g})"),
              f"batch norms re-estimated on {optim.precise_bn_images} training images before it"
              if optim.precise_bn_images else "batch norms' running statistics"]
     return ", ".join(parts)
