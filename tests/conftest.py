@@ -30,6 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # that wants a width says so, and none inherits the runner's.
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
 NO_REPORT = "FASTTRAIN_NO_REPORT"  # set: a run writes no report.html (src/fasttrain/report/after_run.py)
+FIXED_THREADS = "FASTTRAIN_TEST_FIXED_THREADS"  # set: runs keep their threads (train/trial/thread_follow.py)
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +41,9 @@ def _clean_fasttrain_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name, raising=False)
     # The suite's hundreds of runs draw no report.html (about 1.2 s each); tests/test_report.py draws them.
     monkeypatch.setenv(NO_REPORT, "1")
+    # Runs beside the other xdist worker would give compute threads up at moments that depend on the other tests
+    # (train/trial/thread_follow.py); tests/test_thread_follow.py turns it back on.
+    monkeypatch.setenv(FIXED_THREADS, "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -82,7 +86,8 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without FASTTRAIN_* settings (the shared cache stays) and the terminal size, plus `extra`:
     for real children."""
     env = {k: v for k, v in os.environ.items()
-           if (not k.startswith("FASTTRAIN_") or k in ("FASTTRAIN_CACHE", NO_REPORT)) and k not in TERMINAL_SIZE_VARS}
+           if (not k.startswith("FASTTRAIN_") or k in ("FASTTRAIN_CACHE", NO_REPORT, FIXED_THREADS))
+           and k not in TERMINAL_SIZE_VARS}
     env.update(extra or {})
     return env
 

@@ -51,6 +51,7 @@ def test_verbose_shows_every_note(cli, tmp_path: Path) -> None:
     [
         ("note: CPU allocator: freed tensor memory kept", False),
         ("input: the 36 images are decoded once into RAM", False),
+        ("augment: validation sees the whole image (val_crop_pct 1.0, not 0.875): the images are 16 px", False),
         ("torch.compile failed (CppCompileError); training eager instead", True),
         ("speed.precision: fp16 on a CPU falls back to fp32", True),
     ],

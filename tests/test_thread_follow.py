@@ -134,6 +134,7 @@ def test_a_run_beside_busy_processes_gives_threads_up_and_records_it(tmp_path) -
     try:
         env = {**os.environ, "FASTTRAIN_CACHE": str(tmp_path / "cache")}
         env.pop("OMP_NUM_THREADS", None)
+        env.pop("FASTTRAIN_TEST_FIXED_THREADS", None)   # conftest fixes the threads for the other tests' runs
         proc = subprocess.run(
             [sys.executable, "-m", "fasttrain", "train", "--profile", "cpu", "--data", "synthetic", "--model",
              "tiny_cnn", "--time-budget", "20s", "--no-tune", "--set", "loader.num_workers=0", "--set",

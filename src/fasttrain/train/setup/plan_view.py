@@ -106,7 +106,7 @@ def plan_notes(prep: Prepared) -> list[str]:
 # with --verbose, and kept in summary.json ("plan_notes", "notes") either way.
 # The plan's tuning note: the run's own tuning line says it (execute.py). The checkpoints' sizes: --dry-run's line.
 DETAIL_PREFIXES = ("input: ", "CPU compute threads: ", "CPU allocator: ", "CPU convolutions: ", "pin_memory off",
-                   "TF32 off", "tuning: ", "checkpoints: ")
+                   "TF32 off", "tuning: ", "checkpoints: ", "augment: validation sees the whole image")
 
 
 def must_know(note: str) -> bool:

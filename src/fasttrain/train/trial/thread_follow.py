@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from fasttrain.telemetry.recorder import Telemetry
     from fasttrain.train.types import Prepared
 
+# The test suite's runs share 2 cores with each other, so each would give threads up at moments that depend on
+# which other tests run beside it (changing its output and its float sums); tests/conftest.py sets this for every
+# test but those about it (tests/test_thread_follow.py).
+TEST_FIXED = "FASTTRAIN_TEST_FIXED_THREADS"
 READ_EVERY_S = 1.0   # telemetry's host sample comes once a second; reading more often sees the same figure
 
 
@@ -75,7 +79,7 @@ def wanted(prep: Prepared, env: dict[str, str]) -> bool:
     """On the CPU, alone (no DDP), with more than one core, the threads not fixed by OMP_NUM_THREADS and the
     profile's speed.follow_free_cores on."""
     return (prep.plan.device == "cpu" and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
-            and prep.resolved.profile.speed.follow_free_cores)
+            and prep.resolved.profile.speed.follow_free_cores and TEST_FIXED not in env)
 
 
 def hook(prep: Prepared, telemetry: Telemetry | None, say: Callable[[str], None]) -> FollowFreeCores | None:
