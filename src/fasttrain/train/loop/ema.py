@@ -4,7 +4,8 @@ The numbers are timm's ModelEmaV3 with `use_warmup=True` (what the run used befo
 the model's state_dict (weights and persistent float buffers such as batch-norm running statistics) is lerped
 toward the trained value with the warm-up decay; integer entries (`num_batches_tracked`) are the trained ones.
 What differs is the cost: ModelEmaV3 built the model's and the copy's state_dicts and copied every integer buffer
-on each optimizer step (resnet18: 0.6 ms of host time on a quiet CPU, over 1 ms on a busy one; 55 us now). Here the
+on each optimizer step (resnet18: 0.6 ms of host time on a quiet CPU, over 1 ms on a busy one; 55 us now, besides
+the lerp's own arithmetic: 2.8 ms a step for resnet18 on 2 cores, 1.4% of it, docs/benchmarks.md). Here the
 tensor pairs are found once, each step is one multi-tensor lerp, and integer buffers are copied only when the
 average is read (`module`, `state_dict()`). The checkpoint format is ModelEmaV3.state_dict()'s ("module."-prefixed
 keys), read and written.
