@@ -25,8 +25,8 @@ from pathlib import Path
 
 
 def _cpu_model() -> str:
-    from fasttrain.hardware.machine import cpu_model
-    return cpu_model(Path("/proc/cpuinfo").read_text(errors="replace"))
+    from fasttrain.hardware.machine import probe_cpu
+    return probe_cpu()[0].model
 
 
 def _command(model: str, budget: str, runs: Path, name: str, fixed: bool) -> list[str]:

@@ -203,8 +203,8 @@ def _one_work(work: str, args: argparse.Namespace, tmp: Path) -> bool:
             speeds[way].append(ips)
             print(f"({work}) round {r + 1} {way:10s} {ips:8.1f} images/s", flush=True)
     naive = speeds["naive"]
-    from fasttrain.hardware.machine import cpu_model
-    machine = cpu_model(Path("/proc/cpuinfo").read_text(errors="replace"))
+    from fasttrain.hardware.machine import probe_cpu
+    machine = probe_cpu()[0].model
     print(f"\n({work}) {DATA[work]}: resnet18 {SIZE} px, batch {BATCH}, {args.rounds} rounds, medians; CPU: {machine}")
     print(f"{'way':12s} {'images/s':>9s} {'vs naive':>9s}")
     for way in WAYS:

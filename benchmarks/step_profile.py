@@ -25,7 +25,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -177,8 +176,8 @@ def main() -> int:
         for way in order:
             rows[way].append(measure(ways[way], args.steps))
             print(f"# round {r + 1} {way}: {rows[way][-1][0]:.1f} ms a step", file=sys.stderr, flush=True)
-    from fasttrain.hardware.machine import cpu_model
-    print(f"\nCPU: {cpu_model(Path('/proc/cpuinfo').read_text(errors='replace'))}, {threads} threads; resnet18 "
+    from fasttrain.hardware.machine import probe_cpu
+    print(f"\nCPU: {probe_cpu()[0].model}, {threads} threads; resnet18 "
           f"{SIZE} px, batch {BATCH}, bf16 + channels_last, {args.steps} steps x {args.rounds} rounds, medians, "
           "ms a step")
     print("| way | step (wall) | " + " | ".join(GROUPS) + " | framework (profiled) |")

@@ -274,8 +274,8 @@ def main() -> int:
 
 
 def cpu_model_name() -> str:
-    from fasttrain.hardware.machine import cpu_model
-    return cpu_model(Path("/proc/cpuinfo").read_text(errors="replace"))
+    from fasttrain.hardware.machine import probe_cpu
+    return probe_cpu()[0].model
 
 
 def target_of(args: argparse.Namespace, data: str) -> float:
