@@ -76,8 +76,8 @@ class FollowFreeCores:
 
 
 def wanted(prep: Prepared, env: dict[str, str]) -> bool:
-    """On the CPU, alone (no DDP), with more than one core, the threads not fixed by OMP_NUM_THREADS and the
-    profile's speed.follow_free_cores on."""
+    """On the CPU, alone (no DDP), with more than one core, the threads not fixed by OMP_NUM_THREADS (nor by
+    TEST_FIXED, the test suite's) and the profile's speed.follow_free_cores on."""
     return (prep.plan.device == "cpu" and prep.report.cores > 1 and "OMP_NUM_THREADS" not in env
             and prep.resolved.profile.speed.follow_free_cores and TEST_FIXED not in env)
 
