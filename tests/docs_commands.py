@@ -1,5 +1,5 @@
 """Helpers for tests/test_docs_commands.py: find the `fasttrain ...` command lines in README.md and docs/*.md,
-and run one in a real child process with a time cap.
+and run one in a real child process with a time cap, or in this process when it needs no signal.
 
 A command line is, inside a fenced code block that is ```console, ```bash/```sh/```shell or has no language:
   - a line `$ CMD` where CMD mentions fasttrain (`$ fasttrain ...`, `$ torchrun ... -m fasttrain ...`), or
@@ -11,6 +11,7 @@ Its trailing `# comment` belongs to it, and so do the lines right below it that 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shlex
@@ -18,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +144,39 @@ def run_capped(args: list[str], cwd: Path, env: dict[str, str], cap_s: float,
     out = log.read_text(encoding="utf-8", errors="replace")
     log.unlink()
     return Outcome(["fasttrain", *args], proc.returncode, out, time.monotonic() - start, capped)
+
+
+@contextlib.contextmanager
+def _working_in(cwd: Path, env: dict[str, str]) -> Iterator[None]:
+    """cwd and env (OMP_NUM_THREADS too: torch's threads follow it) for the length of an in-process line."""
+    import torch
+    before_cwd, before_env, threads = Path.cwd(), {k: os.environ.get(k) for k in env}, torch.get_num_threads()
+    os.chdir(cwd)
+    os.environ.update(env)
+    if "OMP_NUM_THREADS" in env:
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    try:
+        yield
+    finally:
+        os.chdir(before_cwd)
+        for key, value in before_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        torch.set_num_threads(threads)
+
+
+def run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> Outcome:
+    """`fasttrain ARGS` through the real entry point (fasttrain.cli.main: exit codes, one-line errors) in this
+    process, stdout and stderr together as a child's would be: for lines that plan, inspect or print, which need
+    no signal and would otherwise pay a child's ~3 s of torch and timm imports each."""
+    from fasttrain.cli import main
+    sink = io.StringIO()
+    start = time.monotonic()
+    with _working_in(cwd, env), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        code = main(list(args))
+    return Outcome(["fasttrain", *args], code, sink.getvalue(), time.monotonic() - start)
 
 
 def split_and(text: str) -> list[list[str]]:

@@ -3,8 +3,11 @@
 What counts as a command line: see tests/docs_commands.py (`$ fasttrain ...` in ```console blocks, and
 `fasttrain ...` lines without the prompt in ```console blocks or blocks with no language).
 
-How a line is run (real child process, `python -m fasttrain`, in its own temporary working directory, with the
-session's FASTTRAIN_CACHE kept, as conftest.child_env does):
+How a line is run (in its own temporary working directory, with the session's FASTTRAIN_CACHE kept, as
+conftest.child_env does): a line that trains, a `bench loader` / `bench speedups` line (both stopped by a signal)
+and a line that launches processes (`--nproc-per-node`) in a real child process, `python -m fasttrain`; every other
+line (it plans, inspects or prints) in this process through the real entry point, fasttrain.cli.main, as the `cli`
+fixture runs commands: a child would add ~3 s of torch and timm imports to each of some 60 lines. Then:
   - data paths (/data/..., ~/data/..., DIR) become a small real ImageFolder tree (PNG files, train/ and val/);
     run folders a line resumes or compares (runs/NAME, runs/r1, runs/bench-speedups-A) are copied into the
     working directory from one small run made once per session; a profile YAML the line reads
@@ -15,12 +18,16 @@ session's FASTTRAIN_CACHE kept, as conftest.child_env does):
   - a line whose comment says it `needs a GPU` / `needs N GPUs` or runs on `several machines` (the docs'
     convention for lines a 2-core CPU machine cannot run as written) is checked as a plan: `train` gets
     `--dry-run`; other commands (estimate, profiles show) only plan anyway and run as written.
-  - long runs are capped: a `train` line gets SIGTERM TRAIN_STEPS_S seconds after its start line (`fasttrain:
-    profile ... | device ...`) unless an epoch is done by then, and passes if it printed a progress line (`epoch
-    E/N batch B/M`, or the SIGTERM note `optimizer step S (epoch E, batch B)`) and exited 0 as docs/reliability.md
-    promises; `bench loader` / `bench speedups` get SIGTERM at their first progress line (`round i/n ... img/s`,
-    `warming up`). A train line not started after TRAIN_CAP_S, a bench after BENCH_CAP_S, anything else still
-    running after OTHER_CAP_S fails.
+  - long runs are stopped early: a single-process `train` line that trains sends itself a real SIGTERM right after
+    optimizer step SIGNAL_AFTER_STEPS (after the base run's step + SIGNAL_AFTER_STEPS when it resumes it), through
+    the FASTTRAIN_TEST_SIGNAL_AT_STEP hook (train/signals/scripted.py): the stop path docs/reliability.md promises,
+    seconds after the line's first step rather than after a clock's TRAIN_STEPS_S; it passes if it printed the
+    SIGTERM note `optimizer step S (epoch E, batch B)` (or a progress line `epoch E/N batch B/M`, or finished) and
+    exited 0. A line the hook cannot stop (`--nproc-per-node 2`: torchrun's workers) gets SIGTERM from the test
+    TRAIN_STEPS_S seconds after its start line (`fasttrain: profile ... | device ...`) unless an epoch is done by
+    then, and passes on the same marks; `bench loader` / `bench speedups` get SIGTERM at their first progress line
+    (`round i/n ... img/s`, `warming up`). A train line not started after TRAIN_CAP_S, a bench after BENCH_CAP_S,
+    anything else still running after OTHER_CAP_S fails.
 Asserts: no "Traceback" in the output; exit 0, or 1 for doctor (a finding), or the codes the line's own comment
 promises (`# exit 0, or exit 2 listing every problem`). The failure names the file, line, command and output.
 
@@ -38,7 +45,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env
-from docs_commands import DocCommand, Outcome, collect, run_capped, split_and
+from docs_commands import DocCommand, Outcome, collect, run_capped, run_in_process, split_and
 from image_tree import write_png, write_tree
 
 # The suite's workers share the machine's cores: a training child with every core's OpenMP threads next to another
@@ -46,7 +53,9 @@ from image_tree import write_png, write_tree
 # other subprocess tests run; the thread decisions themselves are tested in process.
 SHARED_CORES = {"OMP_NUM_THREADS": "1"}
 TRAIN_CAP_S = 60.0       # a train line still starting after this fails
-TRAIN_STEPS_S = 12.0     # seconds after its start line before SIGTERM, unless an epoch is done by then
+TRAIN_STEPS_S = 12.0     # seconds after its start line before the test's SIGTERM, unless an epoch is done by then
+SIGNAL_AFTER_STEPS = 2   # a single-process train line sends itself SIGTERM right after this optimizer step ...
+BASE_STOP_STEP = 90      # ... counted on from here when it resumes the session's base run (stopped at this step)
 BENCH_CAP_S = 30.0
 OTHER_CAP_S = 120.0
 TRAIN_STARTED = re.compile(r"^fasttrain: profile .*\| device ", re.MULTILINE)
@@ -152,7 +161,7 @@ class Fixtures:
             work.mkdir(exist_ok=True)
             # SIGTERM right after optimizer step 90 (the shapes set's 84 steps are epoch 1): a hook, not a clock,
             # so a fast epoch (decoded images: ~2 s) cannot finish before the signal lands.
-            env = {**child_env(SHARED_CORES), "FASTTRAIN_TEST_SIGNAL_AT_STEP": "90"}
+            env = {**child_env(SHARED_CORES), "FASTTRAIN_TEST_SIGNAL_AT_STEP": str(BASE_STOP_STEP)}
             outcome = run_capped(["train", "--epochs", "2", "--run-name", "base"], work, env, TRAIN_CAP_S)
             assert last.exists() and "(epoch 2, batch" in outcome.out, (
                 f"the session's base run wrote no mid-epoch checkpoint:\n{outcome.out}")
@@ -255,6 +264,27 @@ def stop_rule(sub: str):
     return None
 
 
+def self_stop_env(args: list[str]) -> dict[str, str]:
+    """The environment that makes a train line stop itself after its first steps (see the module docstring);
+    nothing for a line that plans only, prints help, or launches several processes (the hook is per process)."""
+    if {"--dry-run", "--help", "-h"} & set(args):
+        return {}
+    nproc = args[args.index("--nproc-per-node") + 1] if "--nproc-per-node" in args[:-1] else "1"
+    if nproc != "1":
+        return {}
+    step = BASE_STOP_STEP + SIGNAL_AFTER_STEPS if "--resume" in args else SIGNAL_AFTER_STEPS
+    return {"FASTTRAIN_TEST_SIGNAL_AT_STEP": str(step)}
+
+
+def runs_in_process(sub: str, args: list[str]) -> bool:
+    """Whether a line runs in this process (see the module docstring): it neither trains, nor is stopped by a
+    signal, nor launches processes."""
+    plans_only = bool({"--dry-run", "--help", "-h"} & set(args))
+    if sub == "train" or "--nproc-per-node" in args:
+        return plans_only
+    return sub not in PROGRESS
+
+
 def run_doc_command(cmd: DocCommand, fx: Fixtures, cwd: Path) -> list[Outcome]:
     key = (cmd.text, cmd.needs_gpu or cmd.several_machines)
     if key in _OUTCOMES:
@@ -268,8 +298,13 @@ def run_doc_command(cmd: DocCommand, fx: Fixtures, cwd: Path) -> list[Outcome]:
         )
         sub = subcommand(words)
         cap = TRAIN_CAP_S if sub == "train" else BENCH_CAP_S if sub in PROGRESS else OTHER_CAP_S
-        outcome = run_capped(prepare(cmd, words, cwd, fx, written), cwd, child_env(SHARED_CORES), cap, stop_rule(sub))
-        outcome.notes.append(sub)
+        args = prepare(cmd, words, cwd, fx, written)
+        stops_itself = self_stop_env(args) if sub == "train" else {}
+        if runs_in_process(sub, args):
+            outcome = run_in_process(args, cwd, SHARED_CORES)
+        else:
+            outcome = run_capped(args, cwd, child_env({**SHARED_CORES, **stops_itself}), cap, stop_rule(sub))
+        outcome.notes += [sub, "stops itself" if stops_itself else ""]
         outcomes.append(outcome)
         if outcome.code != 0:
             break  # `a && b`: b runs only when a succeeded
@@ -291,6 +326,11 @@ def test_doc_command_runs(cmd: DocCommand, fixtures: Fixtures, tmp_path: Path) -
             f"  output (last lines):\n{_tail(outcome.out)}"
         )
         assert "Traceback" not in outcome.out, f"a traceback\n{what}"
+        if outcome.notes[1] and not cmd.promised_exits:  # a train line that sent itself SIGTERM after its first steps
+            trained = PROGRESS["train"].search(outcome.out) or "\nsummary (" in outcome.out
+            assert trained, f"no step trained: no SIGTERM note, progress line or summary\n{what}"
+            assert outcome.code == 0, f"exit {outcome.code} after SIGTERM, docs/reliability.md promises 0\n{what}"
+            continue
         if outcome.capped and sub == "train" and outcome.code == 0 and "\nsummary (" in outcome.out:
             continue  # the run finished just as the test's SIGTERM arrived: a complete run, exit 0
         if outcome.capped:

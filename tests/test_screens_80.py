@@ -1,7 +1,9 @@
 """Every screen of README.md's tour, in a real pseudo-terminal of 80 columns read back through a terminal emulator
 (pyte), breaks only between words (issue 43 item 5: `pipelin|e` in the run's ending, which was printed whole and
-wrapped by the terminal). Each command also runs at 200 columns: the words of that wide screen, where nothing
-wraps, are what a broken piece is checked against (tests/screen_words.py)."""
+wrapped by the terminal). Each command also runs at 200 columns: the words of that wide output, where nothing
+wraps, are what a broken piece is checked against (tests/screen_words.py). The wide output is the same command in
+this process, its console 200 columns wide through COLUMNS (core/console.py): these screens are tables and lines,
+the same words on a terminal or off it, and a second child would cost ~3 s of imports each."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,7 @@ import pytest
 pytest.importorskip("pyte", reason="pyte (dev extra) emulates the terminal")
 
 from conftest import REPO
+from docs_commands import run_in_process
 from image_tree import write_tree
 from pty_helpers import run_in_pty
 from screen_words import broken_words, words
@@ -75,11 +78,18 @@ def _screen(args: list[str], cwd: Path, columns: int) -> list[str]:
     return term.lines
 
 
+def _wide(args: list[str], cwd: Path) -> list[str]:
+    """The command's output 200 columns wide, run in this process (see the module docstring)."""
+    outcome = run_in_process(args, cwd, {**ONE, "COLUMNS": "200"})
+    assert outcome.code in (0, 1) and "Traceback" not in outcome.out, outcome.out[-3000:]
+    return outcome.out.splitlines()
+
+
 @pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=KNOWN_CUTS[c]))
                                      if c in KNOWN_CUTS else c for c in TOUR])
 def test_each_screen_breaks_only_between_words_at_80_columns(command: str, short_dir: Path) -> None:
     narrow = _screen(_words(command), short_dir, 80)
-    wide = _screen(_words(command), short_dir, 200)
+    wide = _wide(_words(command), short_dir)
     assert all(len(line) <= 80 for line in narrow)
     assert broken_words(narrow, words("\n".join(wide))) == [], "\n".join(narrow)
 
@@ -115,6 +125,6 @@ def test_predict_breaks_only_between_words_at_80_columns(budget_run, short_dir: 
     run = next((short_dir / "runs").glob("*/summary.json")).parent.relative_to(short_dir)
     write_tree(short_dir / "images", {"circle": 2, "square": 2}, size=32, seed=1)
     narrow = _screen(["predict", str(run), "--data", "images"], short_dir, 80)
-    wide = _screen(["predict", str(run), "--data", "images"], short_dir, 200)
+    wide = _wide(["predict", str(run), "--data", "images"], short_dir)
     assert any("predicted 4 image(s)" in line for line in narrow)
     assert broken_words(narrow, words("\n".join(wide))) == [], "\n".join(narrow)
