@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
 NO_REPORT = "FASTTRAIN_NO_REPORT"  # set: a run writes no report.html (src/fasttrain/report/after_run.py)
 FIXED_THREADS = "FASTTRAIN_TEST_FIXED_THREADS"  # set: runs keep their threads (train/trial/thread_follow.py)
+
+
+# One compute thread in every test process and its children: the suite's xdist workers share the machine's cores,
+# and a run with every core's OpenMP threads beside another worker's spins at its barriers (issue 42 item 3: a
+# 50x loss measured). In-process runs took the cores' count (models/setup.configure_backends, without
+# OMP_NUM_THREADS), which cost ~6 of the suite's ~21 CPU minutes on 2 cores. It is set before torch reads it,
+# children inherit it (child_env), and a test of the thread choice itself clears it (the `all_cores` fixture).
+os.environ["OMP_NUM_THREADS"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _one_compute_thread() -> Iterator[None]:
+    """Each test starts and ends at one torch thread, whatever a test before it set (a thread choice under test,
+    torch.set_num_threads in a tuning trial)."""
+    yield
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+@pytest.fixture
+def all_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of what a run decides about its threads without OMP_NUM_THREADS, as a user's runs do."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
 
 @pytest.fixture(autouse=True)

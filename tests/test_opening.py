@@ -27,7 +27,7 @@ def _opening(out: str) -> list[str]:
     return lines[:end]
 
 
-def test_the_opening_says_only_what_the_user_must_know(cli, tmp_path: Path) -> None:
+def test_the_opening_says_only_what_the_user_must_know(cli, tmp_path: Path, all_cores: None) -> None:
     result, summary = _run(cli, tmp_path)
     opening = _opening(result.out)
     assert len(opening) <= 2, opening
@@ -39,7 +39,7 @@ def test_the_opening_says_only_what_the_user_must_know(cli, tmp_path: Path) -> N
     assert "mixed precision asked" in kept and "CPU compute threads" in kept and "CPU allocator" in kept
 
 
-def test_verbose_shows_every_note(cli, tmp_path: Path) -> None:
+def test_verbose_shows_every_note(cli, tmp_path: Path, all_cores: None) -> None:
     result, _ = _run(cli, tmp_path, "--verbose")
     opening = " ".join(_opening(result.out))
     for needle in ("mixed precision asked", "CPU compute threads", "CPU allocator", "tuning: skipped"):

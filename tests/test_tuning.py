@@ -176,8 +176,8 @@ def _train(cli, tmp_path: Path, *extra: str):
                "--quiet", *extra)
 
 
-def test_trial_stays_in_its_cap_writes_findings_and_caches(cli, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trial_stays_in_its_cap_writes_findings_and_caches(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           all_cores: None) -> None:
     monkeypatch.setenv("FASTTRAIN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setitem(decide.HARD_CAP_S, "cpu", 0.0)   # no room for any candidate beyond the plan itself
     monkeypatch.setattr(decide, "MIN_STEPS", 1)         # a 6-step run is worth a trial here
