@@ -3,14 +3,13 @@
 The forecast is a pure function of the model's tensors (their bytes, the trainable ones' bytes) and the settings
 that add copies (the optimizer's state: 1x the trainable weights for SGD with momentum, 2x for Adam(W); the moving
 average; last.pt on or off; --save-every). It is checked here on fixed figures, and against the bytes real tiny runs
-leave on disk (tiny_cnn on real PNG files, in child processes): within 10%."""
+leave on disk (tiny_cnn on real PNG files, through the CLI's entry point): within 10%."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-from conftest import run_subprocess
 from loop_helpers import DETERMINISTIC_PROFILE, write_image_folder
 
 from fasttrain.train.state.checkpoint_size import ModelBytes, forecast, run_files
@@ -46,23 +45,24 @@ def test_no_last_pt_leaves_the_model_files_and_save_every_adds_whole_checkpoints
 
 @pytest.mark.parametrize("sets", [(), ("--set", "optim.optimizer=sgd", "--set", "optim.ema_decay=null")],
                          ids=["adamw-ema", "sgd-momentum"])
-def test_the_plan_forecasts_the_bytes_a_real_run_leaves_within_ten_percent(tmp_path: Path,
+def test_the_plan_forecasts_the_bytes_a_real_run_leaves_within_ten_percent(cli, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
                                                                             sets: tuple[str, ...]) -> None:
+    monkeypatch.chdir(tmp_path)
     write_image_folder(tmp_path / "data")
     (tmp_path / "tiny.yaml").write_text(DETERMINISTIC_PROFILE)
     base = ("train", "--profile", "tiny.yaml", "--data", "data", "--model", "tiny_cnn", "--run-name", "r", "--no-tune",
             "--epochs", "2", *sets)
-    env = {"OMP_NUM_THREADS": "1"}
-    plan = run_subprocess(*base, "--dry-run", env=env, cwd=tmp_path, timeout=120)
-    assert plan.returncode == 0, plan.stderr
-    line = next((ln for ln in plan.stdout.splitlines() if ln.startswith("checkpoints ")), None)
-    assert line is not None and "last.pt" in line and "model.safetensors" in line, plan.stdout
-    view = json.loads(run_subprocess(*base, "--dry-run", "--json", env=env, cwd=tmp_path, timeout=120).stdout)
+    plan = cli(*base, "--dry-run")
+    assert plan.code == 0, plan.err
+    line = next((ln for ln in plan.out.splitlines() if ln.startswith("checkpoints ")), None)
+    assert line is not None and "last.pt" in line and "model.safetensors" in line, plan.out
+    view = json.loads(cli(*base, "--dry-run", "--json").out)
     told = view["checkpoints"]
     assert set(told["files"]) == {"last.pt", "model.safetensors", "model.json"}
 
-    done = run_subprocess(*base, env=env, cwd=tmp_path, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = cli(*base)
+    assert done.code == 0, done.err[-2000:]
     run = tmp_path / "runs" / "r"
     summary = json.loads((run / "summary.json").read_text())
     on_disk = sum(run_files(run).values())
@@ -70,5 +70,5 @@ def test_the_plan_forecasts_the_bytes_a_real_run_leaves_within_ten_percent(tmp_p
     assert abs(on_disk - expected) <= 0.1 * expected, (on_disk, told)
     # the summary and the ending say what was written
     assert summary["checkpoint_bytes"] == run_files(run)
-    row = next((ln.strip() for ln in done.stdout.splitlines() if ln.strip().startswith("checkpoints")), "")
-    assert "MiB" in row and "last.pt" in row and "model.safetensors" in row, done.stdout
+    row = next((ln.strip() for ln in done.out.splitlines() if ln.strip().startswith("checkpoints")), "")
+    assert "MiB" in row and "last.pt" in row and "model.safetensors" in row, done.out

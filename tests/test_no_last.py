@@ -35,15 +35,15 @@ def test_the_plan_says_the_run_cannot_be_resumed(work: Path, cli, monkeypatch: p
 
 def test_a_run_without_last_pt_leaves_its_model_files_and_refuses_resume(work: Path, cli,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    done = run_subprocess(*BASE, "--epochs", "1", "--run-name", "short", "--no-last", env=ENV, cwd=work, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(work)
+    done = cli(*BASE, "--epochs", "1", "--run-name", "short", "--no-last")
+    assert done.code == 0, done.err[-2000:]
     run = work / "runs" / "short"
     assert not list(run.glob("*.pt")) and (run / "model.safetensors").is_file() and (run / "model.json").is_file()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["checkpoint_last"] is None and summary["checkpoint_bytes"].keys() == {"model.safetensors",
                                                                                         "model.json"}
-    assert "--resume" not in done.stdout and "train further" not in done.stdout, done.stdout
-    monkeypatch.chdir(work)
+    assert "--resume" not in done.out and "train further" not in done.out, done.out
     line = one_error_line(cli("train", "--resume", str(run)), "checkpoint.save_last", "cannot be resumed")
     assert "--weights" in line  # what can be done instead: start a new run from its weights
     one_error_line(cli("train", "--resume", "auto", "--run-name", "short"), "cannot be resumed")
@@ -70,8 +70,8 @@ def test_settings_that_write_resume_points_are_refused_beside_it(work: Path, cli
 
 
 def test_resuming_a_run_with_no_last_is_refused(work: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    done = run_subprocess(*BASE, "--epochs", "1", "--run-name", "full", env=ENV, cwd=work, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
     monkeypatch.chdir(work)
+    done = cli(*BASE, "--epochs", "1", "--run-name", "full")
+    assert done.code == 0, done.err[-2000:]
     one_error_line(cli("train", "--resume", "runs/full", "--epochs", "2", "--no-last"), "--no-last", "--resume")
     assert (work / "runs" / "full" / "last.pt").is_file()
