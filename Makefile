@@ -22,7 +22,7 @@ demo: $(STAMP)
 # ruff and mypy first (seconds, configured in pyproject.toml): a lint or type error fails the target before the
 # minutes of pytest, and CI (.ci/run runs `make test`) fails with it.
 test: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n logical --maxprocesses 4
 

@@ -24,9 +24,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import REAL_DATA, data_folder  # noqa: E402 - the same folders
+from time_to_accuracy import REAL_DATA, data_folder  # the same folders
 
-from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms  # noqa: E402
+from fasttrain.train.loop.norm_stats import RecentBatches, recalibrate, training_norms
 
 SIZES = (128, 256, 512, 1024)  # images the statistics are re-estimated on
 

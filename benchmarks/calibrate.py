@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_fit  # noqa: E402
 from gpu_cv import SHIPPED, VARIANTS  # noqa: E402
-from gpu_fit import REFERENCE, ASSUMED_GPU, Row, reference_rows  # noqa: E402,F401
+from gpu_fit import ASSUMED_GPU, REFERENCE, Row, reference_rows  # noqa: E402
 
 MEMORY = {
     "cuda_context_bytes": 500 * 2**20,   # CUDA context + cuDNN/cuBLAS handles (nvidia-smi shows it, torch does not)

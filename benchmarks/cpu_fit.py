@@ -31,9 +31,9 @@ CALIBRATION_CASES = [
 
 
 def cpu_plan(batch: int, image_size: int):
-    from fasttrain.profiles import presets
     from fasttrain.hardware import machine as hardware
     from fasttrain.plan import make_plan
+    from fasttrain.profiles import presets
     prof = presets.resolve("cpu", sets=[f"loader.batch_size={batch}", f"loader.image_size={image_size}"]).profile
     return make_plan(prof, hardware.probe()), prof
 
@@ -54,12 +54,10 @@ def measure_case(model: str, image_size: int, batch: int, steps: int | None = No
     threads, dtype and layout `train` uses, so the forecast sees the same neighbours the steps saw. The plan is
     the shipped `cpu` preset (its precision, layout and workers) at this batch and size. steps: None = enough
     for ~MEASURE_SECONDS at the forecast speed. -> images/s, ceiling, op table."""
-    from fasttrain.train.loop import synthetic as trainer
-    from fasttrain.estimate import calibration
-    from fasttrain.estimate import cost
-    from fasttrain.estimate import cpu_ceiling
-    from fasttrain.models import registry as models
+    from fasttrain.estimate import calibration, cost, cpu_ceiling
     from fasttrain.estimate.gather import cpu_dtype, cpu_threads_for
+    from fasttrain.models import registry as models
+    from fasttrain.train.loop import synthetic as trainer
     plan, prof = cpu_plan(batch, image_size)
     threads = cpu_threads_for(plan)
     net = models.create_model(model, num_classes=1000)
@@ -97,7 +95,7 @@ def measure_rounds(cases: list[tuple[str, int, int]], rounds: int = 3, log=print
             log(f"  round {r + 1} {case[0]}@{case[1]} b{case[2]}: {m['images_per_s']:.1f} images/s, "
                 f"ceiling {m['peak_flops'] / 1e9:.0f} GFLOP/s, {m['bandwidth'] / 1e9:.1f} GB/s")
     out = []
-    for case, ms in seen.items():
+    for _case, ms in seen.items():
         first = ms[0]
         out.append(first | {"images_per_s": statistics.median(m["images_per_s"] for m in ms),
                             "peak_flops": statistics.median(m["peak_flops"] for m in ms),
@@ -146,6 +144,7 @@ def fit_cpu(refit_only: bool = False) -> tuple[dict, dict]:
     """Measure (or, with refit_only, reuse benchmarks/cpu_measurements.json) and fit the CPU factors."""
     import datetime as dt
     import json
+
     from fasttrain.estimate import cost
     if refit_only:
         raw = json.loads(MEASUREMENTS.read_text())

@@ -24,15 +24,15 @@ import torch
 
 from fasttrain.datasets.build import build_datasets
 from fasttrain.datasets.loaders import build_loaders
-from fasttrain.models.setup import cpu_threads
-from fasttrain.models.registry import create_model
-from fasttrain.plan import make_plan
-from fasttrain.profiles.presets import resolve
 from fasttrain.datasets.sampler import EpochSampler
 from fasttrain.hardware.machine import probe
+from fasttrain.models.registry import create_model
+from fasttrain.models.setup import cpu_threads
+from fasttrain.plan import make_plan
+from fasttrain.profiles.presets import resolve
+from fasttrain.train.loop.batches import window_length
 from fasttrain.train.loop.step import StepEngine
 from fasttrain.train.loop.trainer import Trainer
-from fasttrain.train.loop.batches import window_length
 
 BASE = ["speed.precision=fp32", "speed.channels_last=false", "speed.compile=false", "loader.num_workers=1",
         "loader.prefetch_factor=2", "loader.persistent_workers=true", "loader.batch_size=64"]
@@ -78,7 +78,7 @@ class Case:
         start = time.perf_counter()
         for _ in range(k):
             images, targets = engine.to_device(*next(self.batches))
-            window, closes = window_length(self.i, 10_000, 1)
+            window, _closes = window_length(self.i, 10_000, 1)
             engine.forward_backward(images, targets, window)
             engine.optimizer_step()
             self.i += 1
@@ -111,12 +111,13 @@ def main() -> int:
         print(f"# round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
     torch.set_num_threads(CORES)
     ref = rates.get("baseline")
-    print(f"| setting (one change from baseline) | images/s (median) | ratio to baseline (median) | rounds |")
+    print("| setting (one change from baseline) | images/s (median) | ratio to baseline (median) | rounds |")
     print("| --- | ---: | ---: | ---: |")
     for name, vals in rates.items():
-        ratio = statistics.median(v / b for v, b in zip(vals, ref)) if ref else float("nan")
+        ratio = statistics.median(v / b for v, b in zip(vals, ref, strict=True)) if ref else float("nan")
         print(f"| {name} | {statistics.median(vals):.0f} | {ratio:.2f} | {len(vals)} |")
-    print(f"\nbaseline: fp32, no channels_last, no compile, 1 worker (prefetch 2), batch 64, torch threads = cores - workers; "
+    print("\nbaseline: fp32, no channels_last, no compile, 1 worker (prefetch 2), batch 64, "
+          "torch threads = cores - workers; "
           f"{args.batches} batches per configuration per round, interleaved in shuffled order.")
     return 0
 

@@ -30,14 +30,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fasttrain.train.parallel import ddp as distributed  # noqa: E402
-from fasttrain.train.types import WorkerWorld  # noqa: E402
+from fasttrain.hardware.machine import probe  # noqa: E402
 from fasttrain.models.registry import create_model  # noqa: E402
 from fasttrain.plan import make_plan  # noqa: E402
 from fasttrain.profiles.presets import resolve  # noqa: E402
-from fasttrain.hardware.machine import probe  # noqa: E402
 from fasttrain.train.loop.step import StepEngine  # noqa: E402
 from fasttrain.train.loop.trainer import Trainer  # noqa: E402
+from fasttrain.train.parallel import ddp as distributed  # noqa: E402
+from fasttrain.train.types import WorkerWorld  # noqa: E402
 
 TARGET = 0.95
 
@@ -101,7 +101,7 @@ def scaling(model_name: str, runs: int, global_batch: int, size: int) -> dict[in
         root = Path(tmp)
         for r in range(runs):
             for nproc in ((1, 2) if r % 2 == 0 else (2, 1)):
-                args = common + ["--set", f"loader.batch_size={global_batch // nproc}"]
+                args = [*common, "--set", f"loader.batch_size={global_batch // nproc}"]
                 speeds[nproc].append(_train(root, f"n{nproc}-{r}", nproc, args))
     return speeds
 
@@ -119,7 +119,8 @@ def main() -> int:
     for model, batch, size, target in (("tiny_cnn", 32, 32, None), ("resnet18", 16, 64, TARGET)):
         ratios, extra = code_path(model, a.rounds, a.batches, batch=batch, size=size)
         median = statistics.median(ratios)
-        print(f"  {model:9s} @{size} px b{batch}: ratio DDP / plain images/s median {median:.3f} (min {min(ratios):.3f}, "
+        print(f"  {model:9s} @{size} px b{batch}: ratio DDP / plain images/s median {median:.3f} "
+              f"(min {min(ratios):.3f}, "
               f"max {max(ratios):.3f}), extra per step {statistics.median(extra) * 1e3:+.2f} ms"
               + (f"; target >= {target}" if target else ""))
         if target is not None and median < target:

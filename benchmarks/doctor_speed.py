@@ -15,11 +15,12 @@ import sys
 from wall_timing import FASTTRAIN, SCALE, SCALE_CMD, main
 
 PY = sys.executable
+PROBE = "from fasttrain.hardware.machine import probe; probe(import_torch=True)"
 COMMANDS = {
     "fasttrain doctor": [FASTTRAIN, "doctor"],
     "fasttrain doctor --json": [FASTTRAIN, "doctor", "--json"],
-    "probe with a torch child (GPU path)": [PY, "-c", "from fasttrain.hardware.machine import probe; probe(import_torch=True)"],
-    "import torch, then probe": [PY, "-c", "import torch; from fasttrain.hardware.machine import probe; probe(import_torch=True)"],
+    "probe with a torch child (GPU path)": [PY, "-c", PROBE],
+    "import torch, then probe": [PY, "-c", "import torch; " + PROBE],
     SCALE: SCALE_CMD,
 }
 GATED = ("fasttrain doctor", "fasttrain doctor --json")

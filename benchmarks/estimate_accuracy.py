@@ -69,7 +69,8 @@ def check_cpu(cases: list[tuple[str, int, int]], rounds: int) -> tuple[list[dict
         err = f / m["images_per_s"] - 1
         rows.append({"case": f"{m['model']}@{m['image_size']} b{m['batch']}", "forecast": f,
                      "measured": m["images_per_s"], "error": err,
-                     "rounds": [{"forecast": fr, "measured": r["images_per_s"]} for fr, r in zip(each, m["each_round"])]})
+                     "rounds": [{"forecast": fr, "measured": r["images_per_s"]}
+                                for fr, r in zip(each, m["each_round"], strict=True)]})
         if abs(err) > CPU_TOLERANCE:
             failed.append(f"CPU {m['model']}: forecast {f:.1f} vs measured {m['images_per_s']:.1f} images/s "
                           f"({err:+.0%}, target within {CPU_TOLERANCE:.0%})")

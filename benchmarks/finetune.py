@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from competition_data import SOURCES, competition_folder, pretrained_weights
+from competition_data import SOURCES, competition_folder, pretrained_weights  # noqa: E402 - found through sys.path above (benchmarks/ is no package)
 
 
 def run(data: Path, epochs: int, extra: list[str], work: Path, seed: int) -> list[dict[str, float]]:

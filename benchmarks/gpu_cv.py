@@ -44,7 +44,7 @@ def cross_validate(rows: list, tables: dict, variant: set[str], split: str) -> t
         train = [r for r in rows if key(r) != group]
         test = [r for r in single if key(r) == group]
         factors = {"gpu": gf.fit(train, tables, variant)}
-        for r, e in zip(test, gf.log_errors(test, factors, tables)):
+        for r, e in zip(test, gf.log_errors(test, factors, tables), strict=True):
             errors.append(e)
             per_row.append({"group": group, "row": r.label, "ratio": round(math.exp(e), 3)})
     return gf.summarise(errors), per_row

@@ -108,6 +108,7 @@ def reference_rows(path: Path = REFERENCE) -> list[Row]:
 def _cache_file() -> Path:
     import timm
     import torch
+
     from fasttrain.core.cache_dir import writable_cache_dir
     cost_src = (ROOT / "src" / "fasttrain" / "estimate" / "cost.py").read_bytes()
     key = hashlib.sha256(cost_src + torch.__version__.encode() + timm.__version__.encode()).hexdigest()[:16]

@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import itertools
 import json
 import statistics
 import subprocess
@@ -267,12 +268,13 @@ def measure_lightning(s: Setting, image_size: int, warmup: int, rounds: int, ima
     steps = max(3, round(images_per_round / s.batch))
     fmt = torch.channels_last if s.channels_last else torch.contiguous_format
     g = torch.Generator(device="cuda").manual_seed(0)
-    batches = [(torch.randn(s.batch, 3, image_size, image_size, device="cuda", generator=g).contiguous(memory_format=fmt),
+    batches = [(torch.randn(s.batch, 3, image_size, image_size, device="cuda", generator=g)
+                .contiguous(memory_format=fmt),
                 torch.randint(0, NUM_CLASSES, (s.batch,), device="cuda", generator=g)) for _ in range(2)]
     total = warmup + rounds * steps
 
     class Batches(torch.utils.data.IterableDataset):
-        def __iter__(self):  # noqa: ANN204
+        def __iter__(self):
             for i in range(total):
                 yield batches[i % 2]
 
@@ -320,7 +322,7 @@ def measure_lightning(s: Setting, image_size: int, warmup: int, rounds: int, ima
         gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-    rates = [steps * s.batch / (b - a) for a, b in zip(marks, marks[1:])]
+    rates = [steps * s.batch / (b - a) for a, b in itertools.pairwise(marks)]
     if len(rates) != rounds:
         return {"error": f"expected {rounds} timed rounds, got {len(rates)}"}
     return {"images_per_s": statistics.median(rates), "rounds": rates, "peak_memory_bytes": peak[0] if peak else None,
@@ -333,8 +335,9 @@ def train_flops_per_image(image_size: int, precision: str) -> tuple[float, str]:
         from fasttrain.estimate.cost import model_cost
         return float(model_cost(MODEL, image_size, num_classes=NUM_CLASSES, precision=precision)
                      .train_flops_per_sample), "fasttrain.estimate.cost"
-    except Exception as exc:  # noqa: BLE001 - a figure for the table, never a failed benchmark
-        return FALLBACK_TRAIN_FLOPS * (image_size / 224) ** 2, f"3 x 8.2 GFLOPs ({type(exc).__name__} in the cost model)"
+    except Exception as exc:  # a figure for the table, never a failed benchmark
+        why = f"3 x 8.2 GFLOPs ({type(exc).__name__} in the cost model)"
+        return FALLBACK_TRAIN_FLOPS * (image_size / 224) ** 2, why
 
 
 def forecast(s: Setting, image_size: int, report: Any) -> dict[str, Any]:
@@ -350,12 +353,12 @@ def forecast(s: Setting, image_size: int, report: Any) -> dict[str, Any]:
         req = gather.Request(model=MODEL, num_classes=NUM_CLASSES, dataset_size=gather.IMAGENET_TRAIN_SIZE,
                              dataset_size_source="ImageNet-1k", epochs_flag=None, image_size_flag=None, sets=[],
                              gpu=None, loader=None)
-        fc, target = gather.forecast_for(profile, req, report, force_local=True)
+        fc, _target = gather.forecast_for(profile, req, report, force_local=True)
         if fc.device.get("kind") != "gpu":
             return {"error": f"the estimate has no spec for this GPU (it forecast for {fc.device.get('name')})"}
         return {"images_per_s": fc.speed.get("images_per_s_per_device"), "peak_memory_bytes": fc.memory.total,
                 "mfu": fc.speed.get("mfu")}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -369,7 +372,8 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         lines.append(f"{r.label[:34]:<34} {fmt(r.images_per_s, '9.0f')} {fmt(r.mfu and r.mfu * 100, '5.1f')}% "
                      f"{fmt(r.peak_memory_bytes and r.peak_memory_bytes / 2**30, '9.2f')} | "
-                     f"{fmt(r.forecast_images_per_s, '9.0f')} {fmt(r.forecast_peak_memory_bytes and r.forecast_peak_memory_bytes / 2**30, '8.2f')} "
+                     f"{fmt(r.forecast_images_per_s, '9.0f')} "
+                     f"{fmt(r.forecast_peak_memory_bytes and r.forecast_peak_memory_bytes / 2**30, '8.2f')} "
                      f"{fmt(r.forecast_mfu and r.forecast_mfu * 100, '6.1f')}%")
         if r.note:
             lines.append(f"{'':<4}{r.note}")
@@ -458,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         s = row.settings
         if row.key != "fasttrain":
             fc = forecast(Setting(**s), args.image_size, report)
-            row.forecast_images_per_s, row.forecast_peak_memory_bytes = fc.get("images_per_s"), fc.get("peak_memory_bytes")
+            row.forecast_images_per_s = fc.get("images_per_s")
+            row.forecast_peak_memory_bytes = fc.get("peak_memory_bytes")
             row.forecast_mfu = fc.get("mfu")
             if fc.get("error"):
                 row.note = (row.note + "; " if row.note else "") + "estimate: " + fc["error"]

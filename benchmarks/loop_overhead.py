@@ -46,14 +46,14 @@ class NullStream(io.TextIOBase):
         return False
 
 
-def _timed(fn) -> tuple[float, float]:  # noqa: ANN001
+def _timed(fn) -> tuple[float, float]:
     """-> (images/s by the wall clock, images/s by this process's CPU time)."""
     wall, cpu = time.perf_counter(), time.process_time()
     images = fn()
     return images / (time.perf_counter() - wall), images / (time.process_time() - cpu)
 
 
-def hand_loop(model, optimizer, batches, label_smoothing: float = 0.0) -> int:  # noqa: ANN001
+def hand_loop(model, optimizer, batches, label_smoothing: float = 0.0) -> int:
     for images, targets in batches:
         images = images.to(memory_format=torch.channels_last)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -65,7 +65,7 @@ def hand_loop(model, optimizer, batches, label_smoothing: float = 0.0) -> int:  
     return sum(len(t) for _, t in batches)
 
 
-def fixed_cost_per_step(plan, profile, rounds: int, steps: int = 400) -> tuple[float, float]:  # noqa: ANN001
+def fixed_cost_per_step(plan, profile, rounds: int, steps: int = 400) -> tuple[float, float]:
     """CPU microseconds per step of each loop around a model that costs almost nothing (one Linear on 4 samples):
     what is left is the loop's own work (Python, telemetry, logging). Interleaved; medians. -> (fasttrain, hand)."""
     torch.manual_seed(0)
@@ -166,7 +166,7 @@ def main() -> int:
     print(f"one-time start-up cost not in the ratio: TensorBoard import {tb_import_s:.1f} s (paid once per run)")
     ours_us, hand_us = fixed_cost_per_step(plan, profile, rounds=5)
     step_us = 1e6 * bs / statistics.median(hand)
-    print(f"\nfixed cost per step (a near-free model, so only the loop's own work is left; CPU time, medians):")
+    print("\nfixed cost per step (a near-free model, so only the loop's own work is left; CPU time, medians):")
     print(f"  fasttrain {ours_us:.0f} us, hand loop {hand_us:.0f} us: {ours_us - hand_us:.0f} us more per step = "
           f"{(ours_us - hand_us) / step_us:.2%} of a {step_us / 1000:.0f} ms tiny_cnn step -> ratio "
           f"{step_us / (step_us + ours_us - hand_us):.4f}")

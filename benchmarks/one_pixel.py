@@ -55,7 +55,7 @@ def main() -> None:
             diff = (models["with"].eval()(x) - models["without"].eval()(x)).abs().max().item()
         optimizers = {way: build_optimizer(m, spec, 3e-3, fused=True) for way, m in models.items()}
 
-        def step(way: str) -> None:
+        def step(way: str, models: dict = models, optimizers: dict = optimizers) -> None:  # bound: made per case
             model, opt = models[way].train(), optimizers[way]
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 loss = F.cross_entropy(model(x), y)

@@ -41,12 +41,12 @@ BATCH, SIZE, LR = 64, 64, 3e-3
 NUM_CLASSES = [10]  # the shapes set's class count once _batches has opened it
 
 
-def _model():  # noqa: ANN202
+def _model():
     from fasttrain.models.registry import create_model
     return create_model("resnet18", NUM_CLASSES[0], image_size=SIZE)
 
 
-def _batches(work: str, steps: int, workers: int):  # noqa: ANN202 - an iterable of (images, targets)
+def _batches(work: str, steps: int, workers: int):  # -> an iterable of (images, targets)
     import torch
     if work == "a":
         g = torch.Generator().manual_seed(0)
@@ -105,13 +105,13 @@ def _lightning(work: str, steps: int, expert: bool) -> float:
             super().__init__()
             self.net = net
 
-        def training_step(self, batch, _):  # noqa: ANN001, ANN202
+        def training_step(self, batch, _):
             x, y = batch
             if expert:
                 x = x.contiguous(memory_format=torch.channels_last)
             return torch.nn.functional.cross_entropy(self.net(x), y)
 
-        def configure_optimizers(self):  # noqa: ANN202
+        def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=LR)
 
         def on_train_start(self) -> None:
@@ -208,10 +208,10 @@ def _one_work(work: str, args: argparse.Namespace, tmp: Path) -> bool:
     print(f"\n({work}) {DATA[work]}: resnet18 {SIZE} px, batch {BATCH}, {args.rounds} rounds, medians; CPU: {machine}")
     print(f"{'way':12s} {'images/s':>9s} {'vs naive':>9s}")
     for way in WAYS:
-        ratio = statistics.median(s / n for s, n in zip(speeds[way], naive))
+        ratio = statistics.median(s / n for s, n in zip(speeds[way], naive, strict=True))
         print(f"{way:12s} {statistics.median(speeds[way]):9.1f} {ratio:8.2f}x")
-    vs_naive = statistics.median(f / n for f, n in zip(speeds["fasttrain"], naive))
-    vs_expert = statistics.median(f / e for f, e in zip(speeds["fasttrain"], speeds["L-expert"]))
+    vs_naive = statistics.median(f / n for f, n in zip(speeds["fasttrain"], naive, strict=True))
+    vs_expert = statistics.median(f / e for f, e in zip(speeds["fasttrain"], speeds["L-expert"], strict=True))
     print(f"fasttrain / naive    {vs_naive:.2f}x (target {args.target_naive}x)")
     print(f"fasttrain / L-expert {vs_expert:.2f}x (target {args.target_expert}x)")
     print(f"fasttrain's tuning trial: median {statistics.median(trials):.1f} s per run (counted above)\n")

@@ -1,15 +1,15 @@
 """Recipes compared by the epoch that reaches a target accuracy, over seeds, on real data nobody here made.
 
 Each recipe is `fasttrain train` with the default preset plus its `--set` overrides, run once per seed on
-scikit-learn's digits, (--data photos, photos-large) scikit-image's photographs, (--data fashion)
-Fashion-MNIST or (--data mnist) 4,000 of MNIST's digits (time_to_accuracy.py's folders), resnet18 from scratch, 8 epochs. Printed: per recipe and seed, val
-acc@1 after each epoch, the epoch and the seconds from launch at which the target was first reached, and the final
-accuracy; then per recipe the median epoch to the target. The epoch is the figure that does not depend on how busy
-the machine is; the seconds do.
+scikit-learn's digits, (--data photos, photos-large) scikit-image's photographs, (--data fashion) Fashion-MNIST or
+(--data mnist) 4,000 of MNIST's digits (time_to_accuracy.py's folders), resnet18 from scratch, 8 epochs. Printed: per
+recipe and seed, val acc@1 after each epoch, the epoch and the seconds from launch at which the target was first
+reached, and the final accuracy; then per recipe the median epoch to the target. The epoch is the figure that does not
+depend on how busy the machine is; the seconds do.
 This chose the `cpu` preset's recipe (docs/benchmarks.md, "Recipe").
 
-  .venv/bin/python benchmarks/recipe_grid.py [--data digits|photos|photos-large|fashion|mnist] [--seeds 1 2 3] [--epochs 8]
-      [--target 0.97]
+  .venv/bin/python benchmarks/recipe_grid.py [--data digits|photos|photos-large|fashion|mnist] [--seeds 1 2 3]
+      [--epochs 8] [--target 0.97]
       [--recipe NAME='--set optim.base_lr=0.006' ...]   (default: the grid in docs/benchmarks.md)
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import REAL_DATA, TARGETS, data_folder, run_fasttrain  # noqa: E402 - the same folders
+from time_to_accuracy import REAL_DATA, TARGETS, data_folder, run_fasttrain  # the same folders
 
 GRID = {
     "default": "",

@@ -70,11 +70,11 @@ def micro(plan, report) -> dict[str, float]:
         dash = Dashboard(plan, total_batches=10**6, epochs=1, mode=mode, stream=io.StringIO(), report=report,
                          plain_every_s=10.0)
         with dash:
-            out[f"update ({mode})"] = per_call_us(lambda i: dash.update(snap, REC))
+            out[f"update ({mode})"] = per_call_us(lambda i, dash=dash: dash.update(snap, REC))
     console = Console(file=io.StringIO(), force_terminal=True, width=140)
     with Dashboard(plan, total_batches=10**6, epochs=1, mode="live", console=console, report=report,
                    forecast={"images_per_s": 700.0, "step_time_s": 0.01}) as dash:
-        out["update (live)"] = per_call_us(lambda i: dash.update(snap, REC))
+        out["update (live)"] = per_call_us(lambda i, dash=dash: dash.update(snap, REC))
         dash.update(snap, REC)
         dash.epoch_end({"epoch": 1, "train_loss": 0.5, "val_acc1": 0.9, "time_s": 10.0})
         # what update() does at most REFRESH_PER_SECOND times a second
@@ -153,7 +153,7 @@ def ab(plan, report, rounds: int, steps: int, step_ms: float) -> dict[str, tuple
             times[name].append(variants[name]())
     out = {}
     for name, ts in times.items():
-        pair = sorted(base / t for base, t in zip(times["bare loop"], ts))  # vs the same round's bare run
+        pair = sorted(base / t for base, t in zip(times["bare loop"], ts, strict=True))  # vs the same round's bare run
         q1, med, q3 = statistics.quantiles(pair, n=4) if len(pair) >= 2 else (pair[0],) * 3
         out[name] = (statistics.median(ts) / steps * 1000, med, q1, q3)
     return out
@@ -183,7 +183,8 @@ def main() -> None:
     if not args.skip_ab:
         results = ab(plan, report, args.rounds, args.steps, args.step_ms)
         print(f"\nA/B interleaved: {args.rounds} rounds x {args.steps} steps of ~{args.step_ms:g} ms, shuffled order;")
-        print("ratio = median over rounds of (bare time / this variant's time in the same round); >= 0.97 is the budget")
+        print("ratio = median over rounds of (bare time / this variant's time in the same round); "
+              ">= 0.97 is the budget")
         print(f"{'variant':36} {'ms/step':>8} {'ratio':>7} {'quartiles (noise)':>19}")
         for name, (ms, ratio, q1, q3) in results.items():
             print(f"{name:36} {ms:8.3f} {ratio:7.3f} {q1:9.3f} .. {q3:.3f}")

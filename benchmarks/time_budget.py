@@ -78,11 +78,13 @@ def main() -> int:
     lr = max(r["lr_end_share"] or 1.0 for r in rows)
     wins = sum(1 for r in rows if (r["budget_acc"] or 0) >= (r["fixed_acc"] or 0))
     print(f"\n--time-budget {args.budget:g}s {args.args}, {args.rounds} rounds")
-    print("| round | wall / budget | LR at the end / peak | budget: final acc (epochs) | fixed, stopped then: acc (epochs) |")
+    print("| round | wall / budget | LR at the end / peak | budget: final acc (epochs) "
+          "| fixed, stopped then: acc (epochs) |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for i, r in enumerate(rows, 1):
         print(f"| {i} | {r['wall_share']:.1%} | {r['lr_end_share']:.2%} | {r['budget_acc']:.4f} ({r['budget_epochs']}) "
-              f"| {r['fixed_acc'] if r['fixed_acc'] is None else format(r['fixed_acc'], '.4f')} ({r['fixed_epochs']}) |")
+              f"| {r['fixed_acc'] if r['fixed_acc'] is None else format(r['fixed_acc'], '.4f')} "
+              f"({r['fixed_epochs']}) |")
     ok = all(0.90 <= r["wall_share"] <= 1.02 for r in rows) and lr <= 0.02 and wins == len(rows)
     print(f"median wall / budget {share:.1%} (target 90-102%), largest LR at the end {lr:.2%} of peak (target <= 2%), "
           f"budget at least as accurate in {wins} of {len(rows)} rounds")

@@ -26,7 +26,7 @@ STARTED = psutil.Process().create_time()
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def loaders(data: str, size: int, batch: int, workers: int):  # noqa: ANN201 - (train, val) DataLoaders
+def loaders(data: str, size: int, batch: int, workers: int):  # -> (train, val) DataLoaders
     import torch
     from torchvision import datasets, transforms
 
@@ -87,11 +87,11 @@ def lightning(args: argparse.Namespace) -> None:
             self.net = timm.create_model(args.model, num_classes=classes).to(memory_format=torch.channels_last)
             self.hits = self.seen = 0
 
-        def training_step(self, batch, _):  # noqa: ANN001, ANN201
+        def training_step(self, batch, _):
             x, y = batch
             return F.cross_entropy(self.net(x.to(memory_format=torch.channels_last)), y)
 
-        def validation_step(self, batch, _):  # noqa: ANN001, ANN201
+        def validation_step(self, batch, _):
             x, y = batch
             self.hits += int((self.net(x.to(memory_format=torch.channels_last)).argmax(1) == y).sum())
             self.seen += len(y)
@@ -101,7 +101,7 @@ def lightning(args: argparse.Namespace) -> None:
                 record(args.out, self.current_epoch + 1, self.hits / max(1, self.seen))
             self.hits = self.seen = 0
 
-        def configure_optimizers(self):  # noqa: ANN201
+        def configure_optimizers(self):
             opt = torch.optim.SGD(self.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train))
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
