@@ -46,13 +46,58 @@ def _model():
     return create_model("resnet18", NUM_CLASSES[0], image_size=SIZE)
 
 
+def tensor_batches(steps: int) -> list:
+    """Work (a): `steps` batches of random tensors in memory, 4 distinct ones in turn (step_profile.py's too)."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    made = [(torch.randn(BATCH, 3, SIZE, SIZE, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
+            for _ in range(4)]
+    return [made[i % 4] for i in range(steps)]
+
+
+def lightning_module(net, *, channels_last: bool, marks: list[float]):  # -> a LightningModule (lightning is optional)
+    """The LightningModule both Lightning peers train (and step_profile.py profiles): cross-entropy, AdamW at LR, the
+    input in channels_last when `channels_last`; time.perf_counter() appended to `marks` at its first step's start
+    (on_train_start) and after its last (on_train_end)."""
+    import lightning as L
+    import torch
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _):
+            x, y = batch
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=LR)
+
+        def on_train_start(self) -> None:
+            marks.append(time.perf_counter())
+
+        def on_train_end(self) -> None:
+            marks.append(time.perf_counter())
+
+    return Module()
+
+
+def lightning_trainer(steps: int, *, bf16: bool):  # -> a lightning.Trainer
+    """A Trainer for `steps` steps on the CPU with nothing around the steps (no logger, checkpoints, progress bar,
+    summary): Lightning's defaults when not `bf16`, precision="bf16-mixed" (an expert's setting) when it is."""
+    import lightning as L
+    return L.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=10_000, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                     precision="bf16-mixed" if bf16 else "32-true")
+
+
 def _batches(work: str, steps: int, workers: int):  # -> an iterable of (images, targets)
     import torch
     if work == "a":
-        g = torch.Generator().manual_seed(0)
-        made = [(torch.randn(BATCH, 3, SIZE, SIZE, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
-                for _ in range(4)]
-        return [made[i % 4] for i in range(steps)]
+        return tensor_batches(steps)
     from fasttrain.datasets.build import build_datasets
     from fasttrain.profiles.presets import resolve
     bundle = build_datasets("shapes", image_size=SIZE, augment=resolve("cpu").profile.augment)
@@ -88,7 +133,6 @@ def _plain(work: str, steps: int, expert: bool) -> float:
 
 
 def _lightning(work: str, steps: int, expert: bool) -> float:
-    import lightning as L
     import torch
 
     cores = len(os.sched_getaffinity(0))
@@ -99,31 +143,7 @@ def _lightning(work: str, steps: int, expert: bool) -> float:
     if expert:
         net = net.to(memory_format=torch.channels_last)
     times: list[float] = []
-
-    class Module(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch, _):
-            x, y = batch
-            if expert:
-                x = x.contiguous(memory_format=torch.channels_last)
-            return torch.nn.functional.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=LR)
-
-        def on_train_start(self) -> None:
-            times.append(time.perf_counter())
-
-        def on_train_end(self) -> None:
-            times.append(time.perf_counter())
-
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=10_000, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        precision="bf16-mixed" if expert else "32-true")
-    trainer.fit(Module(), data)
+    lightning_trainer(steps, bf16=expert).fit(lightning_module(net, channels_last=expert, marks=times), data)
     return steps * BATCH / (times[1] - times[0])
 
 

@@ -28,7 +28,9 @@ from collections.abc import Callable
 
 import torch
 
-BATCH, SIZE, LR = 64, 64, 3e-3
+# peers.py's work (a) and its Lightning peer, the same code: this profile is of what peers.py times
+from peers import BATCH, LR, SIZE, lightning_module, lightning_trainer, tensor_batches
+
 GROUPS = ("conv forward", "conv backward", "batch norm", "other ops", "optimizer", "lerp", "copies")
 
 
@@ -48,13 +50,6 @@ def group_of(name: str) -> str:
     if "copy" in n or "contiguous" in n or "::to" in n or "clone" in n:
         return "copies"
     return "other ops"
-
-
-def batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(0)
-    made = [(torch.randn(BATCH, 3, SIZE, SIZE, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
-            for _ in range(4)]
-    return [made[i % 4] for i in range(steps)]
 
 
 def model() -> torch.nn.Module:
@@ -105,39 +100,15 @@ def expert_way() -> Callable[[list], float]:
 
 
 def lightning_way() -> Callable[[list], float]:
-    """Timed from its first step to its last (on_train_start/on_train_end), as peers.py times it: a new Trainer
-    each call, whose set-up is not the step's."""
-    import lightning as L
-
+    """Timed from its first step to its last (on_train_start/on_train_end), as peers.py times it, with peers.py's
+    own module and Trainer: a new Trainer each call, whose set-up is not the step's."""
     net = model().to(memory_format=torch.channels_last)
     marks: list[float] = []
-
-    class Module(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch, _):
-            x, y = batch
-            return torch.nn.functional.cross_entropy(self.net(x.contiguous(memory_format=torch.channels_last)), y)
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=LR)
-
-        def on_train_start(self) -> None:
-            marks.append(time.perf_counter())
-
-        def on_train_end(self) -> None:
-            marks.append(time.perf_counter())
-
-    module = Module()
+    module = lightning_module(net, channels_last=True, marks=marks)
 
     def run(data: list) -> float:
         marks.clear()
-        trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=len(data), max_epochs=1, logger=False,
-                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                            precision="bf16-mixed")
-        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
+        lightning_trainer(len(data), bf16=True).fit(module, torch.utils.data.DataLoader(data, batch_size=None))
         return marks[1] - marks[0]
     return run
 
@@ -146,8 +117,8 @@ def measure(run: Callable[[list], float], steps: int) -> tuple[float, dict[str, 
     """-> (wall ms a step unprofiled, {group: ms a step}, profiled wall ms a step)."""
     from torch.profiler import ProfilerActivity, profile
 
-    data = batches(steps)
-    run(batches(2))   # warm: oneDNN builds its kernels
+    data = tensor_batches(steps)
+    run(tensor_batches(2))   # warm: oneDNN builds its kernels
     wall = run(data) * 1000 / steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         profiled = run(data) * 1000 / steps
