@@ -148,13 +148,10 @@ def run_capped(args: list[str], cwd: Path, env: dict[str, str], cap_s: float,
 
 @contextlib.contextmanager
 def _working_in(cwd: Path, env: dict[str, str]) -> Iterator[None]:
-    """cwd and env (OMP_NUM_THREADS too: torch's threads follow it) for the length of an in-process line."""
-    import torch
-    before_cwd, before_env, threads = Path.cwd(), {k: os.environ.get(k) for k in env}, torch.get_num_threads()
+    """cwd and env for the length of an in-process line (torch's threads: conftest keeps every test at one)."""
+    before_cwd, before_env = Path.cwd(), {k: os.environ.get(k) for k in env}
     os.chdir(cwd)
     os.environ.update(env)
-    if "OMP_NUM_THREADS" in env:
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     try:
         yield
     finally:
@@ -164,7 +161,6 @@ def _working_in(cwd: Path, env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        torch.set_num_threads(threads)
 
 
 def run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> Outcome:

@@ -56,6 +56,7 @@ TRAIN_CAP_S = 60.0       # a train line still starting after this fails
 TRAIN_STEPS_S = 12.0     # seconds after its start line before the test's SIGTERM, unless an epoch is done by then
 SIGNAL_AFTER_STEPS = 2   # a single-process train line sends itself SIGTERM right after this optimizer step ...
 BASE_STOP_STEP = 90      # ... counted on from here when it resumes the session's base run (stopped at this step)
+PLANS_ONLY = {"--dry-run", "--help", "-h"}   # a train line with one of these trains nothing
 BENCH_CAP_S = 30.0
 OTHER_CAP_S = 120.0
 TRAIN_STARTED = re.compile(r"^fasttrain: profile .*\| device ", re.MULTILINE)
@@ -267,7 +268,7 @@ def stop_rule(sub: str):
 def self_stop_env(args: list[str]) -> dict[str, str]:
     """The environment that makes a train line stop itself after its first steps (see the module docstring);
     nothing for a line that plans only, prints help, or launches several processes (the hook is per process)."""
-    if {"--dry-run", "--help", "-h"} & set(args):
+    if PLANS_ONLY & set(args):
         return {}
     nproc = args[args.index("--nproc-per-node") + 1] if "--nproc-per-node" in args[:-1] else "1"
     if nproc != "1":
@@ -279,7 +280,7 @@ def self_stop_env(args: list[str]) -> dict[str, str]:
 def runs_in_process(sub: str, args: list[str]) -> bool:
     """Whether a line runs in this process (see the module docstring): it neither trains, nor is stopped by a
     signal, nor launches processes."""
-    plans_only = bool({"--dry-run", "--help", "-h"} & set(args))
+    plans_only = bool(PLANS_ONLY & set(args))
     if sub == "train" or "--nproc-per-node" in args:
         return plans_only
     return sub not in PROGRESS
